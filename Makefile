@@ -1,0 +1,60 @@
+# The front door: `make demo` and `make test`. Everything else is detail.
+SHELL := /bin/bash
+PY ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+COLL_LINK := .collections/ansible_collections/gpusplit/k8s
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+export PATH := $(CURDIR)/$(BIN):$(CURDIR)/.lab/bin:$(PATH)
+
+.PHONY: venv demo test lint unit integration bench lab-build lab-up lab-down lab-status clean
+
+venv: $(VENV)/.done $(COLL_LINK)
+
+$(VENV)/.done: pyproject.toml tools/install_kubectl_helm.py
+	@command -v $(PY) >/dev/null || { echo "need $(PY) (Python 3.11)"; exit 1; }
+	$(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(PY) -c "import tomllib;print('\n'.join(tomllib.load(open('pyproject.toml','rb'))['project']['dependencies']))" > $(VENV)/requirements.txt
+	$(BIN)/pip install -q -r $(VENV)/requirements.txt
+	$(BIN)/python tools/install_kubectl_helm.py $(BIN)
+	touch $@
+
+$(COLL_LINK):
+	mkdir -p $(dir $(COLL_LINK))
+	ln -sfn ../../.. $(COLL_LINK)
+
+lab-build: venv
+	lab/build.sh all
+
+lab-up: lab-build
+	$(BIN)/python -m lab.lab up
+
+lab-down:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m lab.lab down; fi
+
+lab-status: venv
+	$(BIN)/python -m lab.lab status
+
+demo: lab-up
+	$(BIN)/ansible-playbook -i inventory/lab playbooks/site.yml
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check plugins tests lab tools
+	$(BIN)/ansible-lint --profile production
+
+unit: venv
+	$(BIN)/pytest -m "not integration" tests
+
+integration: lab-build
+	$(BIN)/pytest -m integration tests
+
+test: venv lab-build lint
+	$(BIN)/pytest tests
+
+bench: venv lab-build
+	$(BIN)/pytest tests/bench --benchmark-enable -m "not integration or integration"
+
+clean: lab-down
+	rm -rf .lab out .collections

@@ -1,0 +1,185 @@
+"""The lab control plane's components and their flags: the one place they are defined.
+
+The three control-plane components are written out as kubeadm-style static-pod manifests under
+`.lab/manifests/` the first time the lab starts; from then on the lab supervisor (a stand-in for
+the kubelet's static-pod handling) runs each component from the `command` of its manifest, and
+restarts it when that command changes. So the control-plane role and `static_pod_flags` edit the
+lab exactly as they edit a kubeadm node.
+
+etcd and kwok are not static pods here; their flags are defined below too.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+LAB = ROOT / ".lab"
+BIN = LAB / "bin"
+PKI = LAB / "pki"
+DATA = LAB / "data"
+LOGS = LAB / "logs"
+MANIFESTS = LAB / "manifests"
+KUBECONFIG = LAB / "kubeconfig"
+
+HOST = "127.0.0.1"
+PORTS = {
+    "etcd": 2379,
+    "etcd-peer": 2380,
+    "kube-apiserver": 6443,
+    "kube-scheduler": 10259,
+    "kube-controller-manager": 10257,
+    "kwok": 10247,
+}
+
+# Feature gates and API groups the lab starts with. GenericWorkload stays at its 1.37 default
+# (off): enabling it is the control-plane role's job, and the tests prove that.
+LAB_FEATURE_GATES: dict[str, bool] = {}
+LAB_RUNTIME_CONFIG: dict[str, str] = {}
+
+STATIC_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+
+
+def versions() -> dict[str, str]:
+    out = {}
+    for line in (ROOT / "lab" / "versions.env").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#") and "=" in line:
+            key, value = line.split("=", 1)
+            out[key] = value
+    return out
+
+
+def _joined(d: dict) -> str:
+    return ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in d.items())
+
+
+def etcd_command() -> list[str]:
+    return [
+        str(BIN / "etcd"),
+        "--name=lab",
+        f"--data-dir={DATA / 'etcd'}",
+        f"--listen-client-urls=http://{HOST}:{PORTS['etcd']}",
+        f"--advertise-client-urls=http://{HOST}:{PORTS['etcd']}",
+        f"--listen-peer-urls=http://{HOST}:{PORTS['etcd-peer']}",
+        f"--initial-advertise-peer-urls=http://{HOST}:{PORTS['etcd-peer']}",
+        f"--initial-cluster=lab=http://{HOST}:{PORTS['etcd-peer']}",
+        "--unsafe-no-fsync=true",
+        "--quota-backend-bytes=4294967296",
+        "--log-level=warn",
+    ]
+
+
+def kwok_command() -> list[str]:
+    # kwok stands in for the kubelets of the simulated GPU nodes: it keeps their Ready condition
+    # and leases fresh and moves bound pods to Running. It manages only nodes carrying the
+    # annotation below, i.e. the lab's simulated nodes.
+    return [
+        str(BIN / "kwok"),
+        f"--kubeconfig={KUBECONFIG}",
+        f"--config={ROOT / 'lab' / 'kwok-stages.yaml'}",
+        "--manage-all-nodes=false",
+        "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+        "--cidr=10.0.0.1/24",
+        f"--node-ip={HOST}",
+        f"--server-address={HOST}:{PORTS['kwok']}",
+        "--node-lease-duration-seconds=40",
+    ]
+
+
+def _component_flags(name: str) -> list[str]:
+    common_gates = [f"--feature-gates={_joined(LAB_FEATURE_GATES)}"] if LAB_FEATURE_GATES else []
+    if name == "kube-apiserver":
+        flags = [
+            f"--advertise-address={HOST}",
+            f"--bind-address={HOST}",
+            f"--secure-port={PORTS['kube-apiserver']}",
+            f"--etcd-servers=http://{HOST}:{PORTS['etcd']}",
+            f"--client-ca-file={PKI / 'ca.crt'}",
+            f"--tls-cert-file={PKI / 'apiserver.crt'}",
+            f"--tls-private-key-file={PKI / 'apiserver.key'}",
+            f"--service-account-key-file={PKI / 'sa.pub'}",
+            f"--service-account-signing-key-file={PKI / 'sa.key'}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            "--allow-privileged=true",
+            "--endpoint-reconciler-type=none",
+            "--profiling=false",
+        ]
+        if LAB_RUNTIME_CONFIG:
+            flags.append(f"--runtime-config={_joined(LAB_RUNTIME_CONFIG)}")
+        return flags + common_gates
+    kubeconfig = LAB / f"{name}.kubeconfig"
+    flags = [
+        f"--kubeconfig={kubeconfig}",
+        f"--authentication-kubeconfig={kubeconfig}",
+        f"--authorization-kubeconfig={kubeconfig}",
+        f"--bind-address={HOST}",
+        f"--secure-port={PORTS[name]}",
+        "--leader-elect=false",
+    ]
+    if name == "kube-controller-manager":
+        flags += [
+            f"--service-account-private-key-file={PKI / 'sa.key'}",
+            f"--root-ca-file={PKI / 'ca.crt'}",
+            f"--cluster-signing-cert-file={PKI / 'ca.crt'}",
+            f"--cluster-signing-key-file={PKI / 'ca.key'}",
+            "--use-service-account-credentials=true",
+            "--controllers=*",
+        ]
+    return flags + common_gates
+
+
+def static_pod_manifest(name: str) -> dict:
+    """A kubeadm-shaped static Pod for one control-plane component."""
+    version = versions()["KUBE_VERSION"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "namespace": "kube-system",
+            "labels": {"component": name, "tier": "control-plane"},
+        },
+        "spec": {
+            "hostNetwork": True,
+            "priorityClassName": "system-node-critical",
+            "containers": [
+                {
+                    "name": name,
+                    "image": f"registry.k8s.io/{name}:v{version}",
+                    "command": [name, *_component_flags(name)],
+                }
+            ],
+        },
+    }
+
+
+def write_manifests(force: bool = False) -> list[Path]:
+    """Write the static-pod manifests unless they exist (edits made to them are kept)."""
+    MANIFESTS.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name in STATIC_COMPONENTS:
+        path = MANIFESTS / f"{name}.yaml"
+        if force or not path.exists():
+            path.write_text(yaml.safe_dump(static_pod_manifest(name), sort_keys=False))
+            written.append(path)
+    return written
+
+
+def command_from_manifest(path: Path) -> list[str]:
+    """The argv to run for a static-pod manifest: its container command, binary from .lab/bin."""
+    doc = yaml.safe_load(path.read_text())
+    try:
+        container = doc["spec"]["containers"][0]
+        command = list(container.get("command") or []) + list(container.get("args") or [])
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ValueError(f"{path.name}: not a static Pod with spec.containers[0].command") from exc
+    if not command:
+        raise ValueError(f"{path.name}: spec.containers[0].command is empty")
+    binary = Path(command[0]).name
+    return [str(BIN / binary), *command[1:]]

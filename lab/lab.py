@@ -1,0 +1,376 @@
+"""The lab: a real Kubernetes control plane on 127.0.0.1, for the demo and the integration tests.
+
+    python -m lab.lab up        start (or find running) and wait until every component is healthy
+    python -m lab.lab down      stop exactly the lab's processes
+    python -m lab.lab status    health of each component, as JSON
+
+`up` starts a small supervisor in the background. It runs etcd and kwok, and runs the three
+control-plane components from their static-pod manifests in .lab/manifests, restarting one when
+its manifest's command changes and backing off when one crashes, as the kubelet does for static
+pods. Its state is in .lab/state.json, each component's output in .lab/logs/<name>.log.
+
+What is simulated, and only this: kwok plays the kubelets of the GPU nodes (heartbeats, leases,
+pod status) and lab.deviceplugin plays the NVIDIA device plugin (what each node advertises as
+nvidia.com/gpu). etcd, kube-apiserver, kube-scheduler and kube-controller-manager are real.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import signal
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from lab import components as C
+from lab import pki
+
+STATE = C.LAB / "state.json"
+PIDFILE = C.LAB / "supervisor.pid"
+ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+MAX_BACKOFF = 10.0
+
+
+def log_tail(name: str, lines: int = 25) -> str:
+    path = C.LOGS / f"{name}.log"
+    if not path.exists():
+        return "(no log)"
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------- supervisor
+
+
+class Component:
+    def __init__(self, name: str):
+        self.name = name
+        self.proc: subprocess.Popen | None = None
+        self.argv: list[str] | None = None
+        self.started = 0.0
+        self.restarts = 0
+        self.generation = 0
+        self.last_exit: int | None = None
+        self.backoff = 1.0
+        self.not_before = 0.0
+        self.error: str | None = None
+
+    def desired(self) -> list[str] | None:
+        if self.name == "etcd":
+            return C.etcd_command()
+        if self.name == "kwok":
+            return C.kwok_command()
+        manifest = C.MANIFESTS / f"{self.name}.yaml"
+        if not manifest.exists():
+            self.error = "manifest removed"
+            return None
+        try:
+            argv = C.command_from_manifest(manifest)
+            self.error = None
+            return argv
+        except (ValueError, OSError, Exception) as exc:  # a broken manifest is reported, not fatal
+            self.error = f"invalid manifest: {exc}"
+            return None
+
+    def start(self, argv: list[str]) -> None:
+        C.LOGS.mkdir(parents=True, exist_ok=True)
+        out = open(C.LOGS / f"{self.name}.log", "ab")  # noqa: SIM115 - handed to the child
+        out.write(f"\n===== start {time.strftime('%H:%M:%S')} {' '.join(argv[:1])}\n".encode())
+        out.flush()
+        self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        out.close()
+        self.argv = argv
+        self.started = time.time()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.proc = None
+
+    def step(self) -> None:
+        argv = self.desired()
+        running = self.proc is not None and self.proc.poll() is None
+        if argv is None:
+            if running:
+                self.stop()
+            return
+        if running and argv != self.argv:
+            # the manifest changed: restart with the new command, as the kubelet does
+            self.stop()
+            self.generation += 1
+            self.backoff, self.not_before = 1.0, 0.0
+            self.start(argv)
+            return
+        if running:
+            if time.time() - self.started > 30:
+                self.backoff = 1.0
+            return
+        if self.proc is not None:  # it exited on its own
+            self.last_exit = self.proc.returncode
+            self.proc = None
+            self.restarts += 1
+            self.not_before = time.time() + self.backoff
+            self.backoff = min(self.backoff * 2, MAX_BACKOFF)
+        if time.time() >= self.not_before:
+            if argv != self.argv:
+                self.generation += 1
+            self.start(argv)
+
+    def state(self) -> dict:
+        running = self.proc is not None and self.proc.poll() is None
+        return {
+            "pid": self.proc.pid if running else None,
+            "running": running,
+            "restarts": self.restarts,
+            "generation": self.generation,
+            "last_exit_code": self.last_exit,
+            "started_at": self.started,
+            "command_sha256": hashlib.sha256("\0".join(self.argv or []).encode()).hexdigest()[:16],
+            "error": self.error,
+        }
+
+
+def supervise() -> None:
+    comps = [Component(n) for n in ORDER]
+    stopping = False
+
+    def on_term(signum, frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    PIDFILE.write_text(str(os.getpid()))
+    plugin = None
+    try:
+        from lab.deviceplugin import DevicePluginSimulator
+
+        plugin = DevicePluginSimulator()
+    except Exception as exc:  # the simulator is optional for the control plane itself
+        print(f"device plugin simulator unavailable: {exc}", flush=True)
+    try:
+        while not stopping:
+            for comp in comps:
+                comp.step()
+            tmp = STATE.with_suffix(".tmp")
+            tmp.write_text(json.dumps({c.name: c.state() for c in comps}, indent=1))
+            tmp.replace(STATE)
+            if plugin is not None:
+                plugin.tick()
+            time.sleep(0.5)
+    finally:
+        for comp in reversed(comps):
+            comp.stop()
+        STATE.unlink(missing_ok=True)
+        PIDFILE.unlink(missing_ok=True)
+
+
+# --------------------------------------------------------------------------- health
+
+
+def _ssl_context(client: bool) -> ssl.SSLContext:
+    ctx = ssl.create_default_context(cafile=str(C.PKI / "ca.crt"))
+    if client:
+        import base64
+        import tempfile
+
+        import yaml
+
+        user = yaml.safe_load(C.KUBECONFIG.read_text())["users"][0]["user"]
+        with tempfile.TemporaryDirectory() as tmp:
+            cert, key = Path(tmp, "c"), Path(tmp, "k")
+            cert.write_bytes(base64.b64decode(user["client-certificate-data"]))
+            key.write_bytes(base64.b64decode(user["client-key-data"]))
+            ctx.load_cert_chain(str(cert), str(key))
+    else:
+        # scheduler and controller-manager serve self-signed certificates of their own
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    return ctx
+
+
+def probe(url: str, ctx: ssl.SSLContext | None = None, timeout: float = 2.0) -> tuple[bool, str]:
+    try:
+        with urllib.request.urlopen(url, context=ctx, timeout=timeout) as resp:
+            body = resp.read().decode(errors="replace")
+            return resp.status == 200, body.strip()[:200]
+    except urllib.error.HTTPError as exc:
+        return False, f"HTTP {exc.code}: {exc.read().decode(errors='replace')[:300]}"
+    except (OSError, ssl.SSLError) as exc:
+        return False, str(exc)
+
+
+def health() -> dict[str, dict]:
+    host = C.HOST
+    out: dict[str, dict] = {}
+    checks = {
+        "etcd": (f"http://{host}:{C.PORTS['etcd']}/health", None),
+        "kube-apiserver": (f"https://{host}:{C.PORTS['kube-apiserver']}/readyz", "client"),
+        "kube-scheduler": (f"https://{host}:{C.PORTS['kube-scheduler']}/healthz", "insecure"),
+        "kube-controller-manager": (f"https://{host}:{C.PORTS['kube-controller-manager']}/healthz", "insecure"),
+        "kwok": (f"http://{host}:{C.PORTS['kwok']}/healthz", None),
+    }
+    for name, (url, kind) in checks.items():
+        ctx = None
+        if kind == "client":
+            ctx = _ssl_context(client=True) if C.KUBECONFIG.exists() else None
+        elif kind == "insecure":
+            ctx = _ssl_context(client=False)
+        ok, detail = probe(url, ctx)
+        out[name] = {"healthy": ok, "url": url, "detail": detail}
+    return out
+
+
+def read_state() -> dict:
+    try:
+        return json.loads(STATE.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def supervisor_pid() -> int | None:
+    try:
+        pid = int(PIDFILE.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except (OSError, ValueError):
+        return None
+    return pid if "lab.lab" in cmdline and "supervise" in cmdline else None
+
+
+# --------------------------------------------------------------------------- commands
+
+
+def missing_binaries() -> list[str]:
+    names = ["etcd", "kwok", *C.STATIC_COMPONENTS]
+    return [n for n in names if not (C.BIN / n).exists()]
+
+
+def wait_healthy(timeout: float, quiet: bool = False) -> dict:
+    started = time.time()
+    deadline = started + timeout
+    last = {}
+    while time.time() < deadline:
+        last = health()
+        if all(v["healthy"] for v in last.values()):
+            return last
+        if not supervisor_pid() and time.time() > started + 10:
+            break
+        time.sleep(1)
+    return last
+
+
+def report_unhealthy(h: dict) -> str:
+    state = read_state()
+    lines = []
+    for name, v in h.items():
+        if v["healthy"]:
+            continue
+        st = state.get(name, {})
+        lines.append(
+            f"{name}: not healthy ({v['detail']}); running={st.get('running')} "
+            f"restarts={st.get('restarts')} last_exit={st.get('last_exit_code')} {st.get('error') or ''}"
+        )
+        lines.append("  --- log tail ---")
+        lines.extend("  " + line for line in log_tail(name).splitlines())
+    return "\n".join(lines)
+
+
+def up(timeout: float = 180.0) -> int:
+    missing = missing_binaries()
+    if missing:
+        print(f"lab binaries missing: {', '.join(missing)}; run `make lab-build` (lab/build.sh)", file=sys.stderr)
+        return 2
+    for d in (C.LAB, C.DATA, C.LOGS):
+        d.mkdir(parents=True, exist_ok=True)
+    if pki.ensure():
+        print("lab: generated certificates, service-account keys and kubeconfigs")
+    for path in C.write_manifests():
+        print(f"lab: wrote static-pod manifest {path.relative_to(C.ROOT)}")
+    if supervisor_pid():
+        print("lab: already running")
+    else:
+        log = open(C.LOGS / "supervisor.log", "ab")  # noqa: SIM115 - handed to the child
+        subprocess.Popen(
+            [sys.executable, "-m", "lab.lab", "supervise"],
+            cwd=C.ROOT,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        log.close()
+        print("lab: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
+    h = wait_healthy(timeout)
+    if not h or not all(v["healthy"] for v in h.values()):
+        print("lab: not healthy in time:\n" + report_unhealthy(h or health()), file=sys.stderr)
+        return 1
+    from lab import nodes
+
+    created = nodes.ensure_nodes()
+    print(f"lab: healthy; kubeconfig {C.KUBECONFIG.relative_to(C.ROOT)}; nodes: {', '.join(created)}")
+    return 0
+
+
+def down() -> int:
+    pid = supervisor_pid()
+    state = read_state()
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.time() + 30
+        while time.time() < deadline and supervisor_pid():
+            time.sleep(0.2)
+    # anything the supervisor could not stop: only pids it recorded, and only lab binaries
+    for name, st in state.items():
+        child = st.get("pid")
+        if not child:
+            continue
+        try:
+            cmdline = Path(f"/proc/{child}/cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if str(C.BIN) in cmdline:
+            os.kill(child, signal.SIGKILL)
+            print(f"lab: killed leftover {name} ({child})")
+    print("lab: stopped" if pid else "lab: was not running")
+    return 0
+
+
+def status() -> int:
+    h = health()
+    state = read_state()
+    report = {name: {**h.get(name, {}), **state.get(name, {})} for name in ORDER}
+    print(json.dumps({"supervisor_pid": supervisor_pid(), "components": report}, indent=2))
+    return 0 if all(v.get("healthy") for v in report.values()) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m lab.lab")
+    parser.add_argument("command", choices=["up", "down", "status", "supervise", "restart"])
+    parser.add_argument("--timeout", type=float, default=180.0)
+    args = parser.parse_args(argv)
+    if args.command == "up":
+        return up(args.timeout)
+    if args.command == "down":
+        return down()
+    if args.command == "restart":
+        down()
+        return up(args.timeout)
+    if args.command == "status":
+        return status()
+    supervise()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Simulated GPU nodes for the lab: one Node object per host of inventory/lab.
+
+Only the kubelet is simulated (kwok keeps these nodes Ready and their leases fresh) and the
+device plugin (lab.deviceplugin sets what each node advertises). Everything that reads or
+writes these Node objects talks to the real kube-apiserver.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from kubernetes import client, config
+from kubernetes.client.rest import ApiException
+
+from lab.components import KUBECONFIG, ROOT
+
+INVENTORY = ROOT / "inventory" / "lab" / "hosts.yml"
+FIXTURES = ROOT / "tests" / "fixtures" / "gpus"
+FIXTURE_LABEL = "gpusplit.io/lab-fixture"
+KWOK_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
+BASE_RESOURCES = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti"}
+
+
+def api() -> client.CoreV1Api:
+    return client.CoreV1Api(config.new_client_from_config(str(KUBECONFIG)))
+
+
+def lab_hosts(inventory: Path = INVENTORY) -> dict[str, dict]:
+    """host -> host vars, for every host of the lab inventory that names a GPU fixture."""
+    doc = yaml.safe_load(inventory.read_text())
+    found: dict[str, dict] = {}
+
+    def walk(group: dict, inherited: dict) -> None:
+        merged = {**inherited, **(group.get("vars") or {})}
+        for name, hvars in (group.get("hosts") or {}).items():
+            found[name] = {**merged, **(hvars or {})}
+        for child in (group.get("children") or {}).values():
+            walk(child or {}, merged)
+
+    walk(doc.get("all", doc), {})
+    return {h: v for h, v in found.items() if v.get("gpusplit_lab_fixture")}
+
+
+def node_body(name: str, fixture: str, extra_labels: dict | None = None) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": name,
+            "annotations": dict(KWOK_ANNOTATION),
+            "labels": {
+                "kubernetes.io/hostname": name,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "type": "kwok",
+                FIXTURE_LABEL: fixture,
+                **(extra_labels or {}),
+            },
+        },
+        "spec": {},
+    }
+
+
+def ensure_node(core: client.CoreV1Api, name: str, fixture: str | None = None, labels: dict | None = None) -> bool:
+    """Create the node if missing, and give it CPU/memory capacity. True when created."""
+    created = False
+    try:
+        core.read_node(name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        body = node_body(name, fixture or "none", labels)
+        if fixture is None:
+            body["metadata"]["labels"].pop(FIXTURE_LABEL)
+        core.create_node(body)
+        created = True
+    node = core.read_node(name)
+    alloc = dict(node.status.allocatable or {})
+    if any(k not in alloc for k in BASE_RESOURCES):
+        patch = {"status": {"capacity": {**BASE_RESOURCES}, "allocatable": {**BASE_RESOURCES}}}
+        core.patch_node_status(name, patch)
+    return created
+
+
+def ensure_nodes(inventory: Path = INVENTORY) -> list[str]:
+    core = api()
+    names = []
+    for host, hvars in sorted(lab_hosts(inventory).items()):
+        ensure_node(core, host, hvars["gpusplit_lab_fixture"])
+        names.append(host)
+    return names
