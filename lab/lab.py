@@ -218,7 +218,10 @@ def health() -> dict[str, dict]:
         "etcd": (f"http://{host}:{C.PORTS['etcd']}/health", None),
         "kube-apiserver": (f"https://{host}:{C.PORTS['kube-apiserver']}/readyz", "client"),
         "kube-scheduler": (f"https://{host}:{C.PORTS['kube-scheduler']}/healthz", "insecure"),
-        "kube-controller-manager": (f"https://{host}:{C.PORTS['kube-controller-manager']}/healthz", "insecure"),
+        "kube-controller-manager": (
+            f"https://{host}:{C.PORTS['kube-controller-manager']}/healthz",
+            "insecure",
+        ),
         "kwok": (f"http://{host}:{C.PORTS['kwok']}/healthz", None),
     }
     for name, (url, kind) in checks.items():
@@ -289,7 +292,10 @@ def report_unhealthy(h: dict) -> str:
 def up(timeout: float = 180.0) -> int:
     missing = missing_binaries()
     if missing:
-        print(f"lab binaries missing: {', '.join(missing)}; run `make lab-build` (lab/build.sh)", file=sys.stderr)
+        print(
+            f"lab binaries missing: {', '.join(missing)}; run `make lab-build` (lab/build.sh)",
+            file=sys.stderr,
+        )
         return 2
     for d in (C.LAB, C.DATA, C.LOGS):
         d.mkdir(parents=True, exist_ok=True)

@@ -7,13 +7,14 @@ writes these Node objects talks to the real kube-apiserver.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from lab.components import KUBECONFIG, ROOT
+from lab.components import KUBECONFIG, LOGS, ROOT
 
 INVENTORY = ROOT / "inventory" / "lab" / "hosts.yml"
 FIXTURES = ROOT / "tests" / "fixtures" / "gpus"
@@ -62,7 +63,9 @@ def node_body(name: str, fixture: str, extra_labels: dict | None = None) -> dict
     }
 
 
-def ensure_node(core: client.CoreV1Api, name: str, fixture: str | None = None, labels: dict | None = None) -> bool:
+def ensure_node(
+    core: client.CoreV1Api, name: str, fixture: str | None = None, labels: dict | None = None
+) -> bool:
     """Create the node if missing, and give it CPU/memory capacity. True when created."""
     created = False
     try:
@@ -83,8 +86,36 @@ def ensure_node(core: client.CoreV1Api, name: str, fixture: str | None = None, l
     return created
 
 
+def current_kwok_id(log: Path) -> str | None:
+    """The holder identity of the running kwok, from the last start section of its log."""
+    if not log.exists():
+        return None
+    last = log.read_text(errors="replace").rsplit("===== start", 1)[-1]
+    match = re.search(r'"id":"([^"]+)"', last)
+    return match.group(1) if match else None
+
+
+def release_stale_leases(core: client.CoreV1Api, kwok_id: str | None) -> list[str]:
+    """Delete node leases held by an earlier kwok process.
+
+    kwok only manages a node whose lease it holds; after a lab restart the old holder's lease
+    would keep the new kwok away from the node until it expires.
+    """
+    if not kwok_id:
+        return []
+    coord = client.CoordinationV1Api(core.api_client)
+    released = []
+    for lease in coord.list_namespaced_lease("kube-node-lease").items:
+        holder = lease.spec.holder_identity or ""
+        if holder and holder != kwok_id and holder.startswith("vm_"):
+            coord.delete_namespaced_lease(lease.metadata.name, "kube-node-lease")
+            released.append(lease.metadata.name)
+    return released
+
+
 def ensure_nodes(inventory: Path = INVENTORY) -> list[str]:
     core = api()
+    release_stale_leases(core, current_kwok_id(LOGS / "kwok.log"))
     names = []
     for host, hvars in sorted(lab_hosts(inventory).items()):
         ensure_node(core, host, hvars["gpusplit_lab_fixture"])

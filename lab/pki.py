@@ -137,10 +137,16 @@ def _write_kubeconfig(path: Path, server: str, ca_pem: bytes, cert_pem: bytes, k
         "apiVersion": "v1",
         "kind": "Config",
         "clusters": [
-            {"name": "gpusplit-lab", "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)}}
+            {
+                "name": "gpusplit-lab",
+                "cluster": {"server": server, "certificate-authority-data": _b64(ca_pem)},
+            }
         ],
         "users": [
-            {"name": user, "user": {"client-certificate-data": _b64(cert_pem), "client-key-data": _b64(key_pem)}}
+            {
+                "name": user,
+                "user": {"client-certificate-data": _b64(cert_pem), "client-key-data": _b64(key_pem)},
+            }
         ],
         "contexts": [{"name": "gpusplit-lab", "context": {"cluster": "gpusplit-lab", "user": user}}],
         "current-context": "gpusplit-lab",

@@ -33,7 +33,9 @@ class Kubectl:
     def __init__(self, kubeconfig: Path):
         self.env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
 
-    def __call__(self, *args: str, check: bool = True, stdin: str | None = None) -> subprocess.CompletedProcess:
+    def __call__(
+        self, *args: str, check: bool = True, stdin: str | None = None
+    ) -> subprocess.CompletedProcess:
         proc = subprocess.run(
             ["kubectl", *args], input=stdin, capture_output=True, text=True, env=self.env, timeout=120
         )

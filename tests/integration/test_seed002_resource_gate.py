@@ -39,7 +39,9 @@ def pod(name: str, ns: str, *, limits=None, requests=None, tolerate=False, node_
         spec["tolerations"] = [{"key": GPU, "operator": "Equal", "value": "present", "effect": "NoSchedule"}]
     if node_selector:
         spec["nodeSelector"] = node_selector
-    return yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": spec})
+    return yaml.safe_dump(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": spec}
+    )
 
 
 def scheduled_condition(kubectl, ns: str, name: str) -> dict:

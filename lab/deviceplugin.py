@@ -1,0 +1,152 @@
+"""A stand-in for the NVIDIA device plugin on the lab's simulated GPU nodes.
+
+The real plugin advertises every GPU that NVML shows inside its own container; the container
+runtime decides that from the container's NVIDIA_VISIBLE_DEVICES (UUIDs, indices, `all`,
+`none`/`void`), except that a privileged container sees every GPU. This simulator applies exactly
+that rule: for each lab node (label gpusplit.io/lab-fixture) it finds the running device-plugin
+pods of DaemonSets that target the node, takes the healthy GPUs of the node's fixture that the
+pod's container would see, and writes their number into the node's status as
+`nvidia.com/gpu` capacity and allocatable, as the kubelet does after the plugin registers.
+
+Two plugins on one node is a real failure (they share the kubelet checkpoint): the simulator
+marks the node with the annotation gpusplit.io/lab-device-plugin-conflict and advertises what
+the alphabetically last one sees.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from kubernetes import client, config
+
+from lab.components import KUBECONFIG
+from lab.nodes import FIXTURE_LABEL, FIXTURES
+
+RESOURCE = "nvidia.com/gpu"
+CONFLICT = "gpusplit.io/lab-device-plugin-conflict"
+PLUGIN_IMAGE_HINT = "k8s-device-plugin"
+
+
+def fixture_gpus(fixture: str) -> list[dict]:
+    path = FIXTURES / f"{fixture}.json"
+    if not path.exists():
+        return []
+    doc = json.loads(path.read_text())
+    if doc.get("nvml_init_error") or doc.get("smi_no_driver"):
+        return []
+    return [g for g in doc.get("gpus", []) if not g.get("lost")]
+
+
+def visible_gpus(gpus: list[dict], container: dict) -> list[dict]:
+    """The GPUs a plugin container would see through the NVIDIA container runtime."""
+    security = container.get("securityContext") or {}
+    if security.get("privileged"):
+        return list(gpus)
+    env = {e["name"]: e.get("value") for e in container.get("env") or [] if "name" in e}
+    value = env.get("NVIDIA_VISIBLE_DEVICES", "all")  # the plugin image sets `all`
+    if value is None or value.strip() == "all":
+        return list(gpus)
+    if value.strip() in ("", "none", "void"):
+        return []
+    wanted = {v.strip() for v in value.split(",") if v.strip()}
+    return [g for g in gpus if g["uuid"] in wanted or str(g["index"]) in wanted]
+
+
+def _expr_matches(expr: dict, labels: dict) -> bool:
+    key, op, values = expr["key"], expr["operator"], expr.get("values") or []
+    if op == "In":
+        return labels.get(key) in values
+    if op == "NotIn":
+        return labels.get(key) not in values
+    if op == "Exists":
+        return key in labels
+    if op == "DoesNotExist":
+        return key not in labels
+    return False
+
+
+def targets_node(pod_spec: dict, node: dict) -> bool:
+    labels = node["metadata"].get("labels") or {}
+    selector = pod_spec.get("nodeSelector") or {}
+    if any(labels.get(k) != v for k, v in selector.items()):
+        return False
+    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    terms = required.get("nodeSelectorTerms") or []
+    if terms and not any(
+        all(_expr_matches(e, labels) for e in (t.get("matchExpressions") or [])) for t in terms
+    ):
+        return False
+    return True
+
+
+class DevicePluginSimulator:
+    def __init__(self, interval: float = 2.0):
+        self.interval = interval
+        self.next_run = 0.0
+        self._api = None
+
+    def api(self) -> client.ApiClient:
+        if self._api is None:
+            self._api = config.new_client_from_config(str(KUBECONFIG))
+        return self._api
+
+    def tick(self) -> None:
+        if time.time() < self.next_run or not KUBECONFIG.exists():
+            return
+        self.next_run = time.time() + self.interval
+        try:
+            self.sync()
+        except Exception as exc:  # the apiserver may be restarting; try again next tick
+            self._api = None
+            print(f"device plugin simulator: {exc.__class__.__name__}: {str(exc)[:200]}", flush=True)
+
+    def sync(self) -> None:
+        api = self.api()
+        core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+        nodes = api.sanitize_for_serialization(core.list_node(label_selector=FIXTURE_LABEL).items)
+        daemonsets = api.sanitize_for_serialization(apps.list_daemon_set_for_all_namespaces().items)
+        plugins = {
+            (ds["metadata"]["namespace"], ds["metadata"]["name"]): ds
+            for ds in daemonsets
+            if any(
+                PLUGIN_IMAGE_HINT in c.get("image", "") for c in ds["spec"]["template"]["spec"]["containers"]
+            )
+        }
+        running: dict[str, list[tuple]] = {}
+        if plugins:
+            pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
+            for pod in pods:
+                owner = next(
+                    (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("kind") == "DaemonSet"),
+                    None,
+                )
+                key = (pod["metadata"]["namespace"], owner["name"]) if owner else None
+                if key in plugins and pod.get("status", {}).get("phase") == "Running":
+                    running.setdefault(pod["spec"].get("nodeName"), []).append((key, pod))
+        for node in nodes:
+            self.sync_node(
+                core, node, sorted(running.get(node["metadata"]["name"], []), key=lambda kp: kp[0])
+            )
+
+    def sync_node(self, core: client.CoreV1Api, node: dict, plugin_pods: list[tuple]) -> None:
+        name = node["metadata"]["name"]
+        gpus = fixture_gpus(node["metadata"]["labels"][FIXTURE_LABEL])
+        count = 0
+        for _, pod in plugin_pods:
+            container = next(
+                (c for c in pod["spec"]["containers"] if PLUGIN_IMAGE_HINT in c.get("image", "")),
+                pod["spec"]["containers"][0],
+            )
+            count = len(visible_gpus(gpus, container))
+        status = node.get("status") or {}
+        current = (status.get("allocatable") or {}).get(RESOURCE)
+        if current != str(count) or (status.get("capacity") or {}).get(RESOURCE) != str(count):
+            core.patch_node_status(
+                name, {"status": {"capacity": {RESOURCE: str(count)}, "allocatable": {RESOURCE: str(count)}}}
+            )
+        conflict = ",".join(f"{ns}/{n}" for (ns, n), _ in plugin_pods) if len(plugin_pods) > 1 else None
+        if (node["metadata"].get("annotations") or {}).get(CONFLICT) != conflict:
+            core.patch_node(name, {"metadata": {"annotations": {CONFLICT: conflict}}})
