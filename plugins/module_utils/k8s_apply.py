@@ -1,0 +1,284 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Batched server-side apply that writes nothing when nothing changed.
+
+Pure part (no I/O): validate the desired objects, decide per object whether the live object
+already carries every desired field (then it is left alone: no PATCH at all, so a re-run makes
+zero API writes), and which owned objects to prune. I/O part: `Cluster`, a thin wrapper over the
+kubernetes dynamic client that lists each kind once, applies with a field manager (dryRun=All
+in check mode) and deletes.
+
+Why not one kubernetes.core.k8s task per object: a fleet has hundreds of nodes, and
+kubernetes.core's apply always sends the PATCH, so a re-run still writes. This module batches
+one LIST per kind and sends a PATCH only for objects that differ.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+try:
+    import yaml
+except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
+    yaml = None
+
+MANAGED_BY = "app.kubernetes.io/managed-by"
+
+# fields the server owns: never compared, never shown in a diff
+_VOLATILE_METADATA = (
+    "managedFields",
+    "resourceVersion",
+    "uid",
+    "generation",
+    "creationTimestamp",
+    "selfLink",
+)
+
+
+class ApplyError(ValueError):
+    """Bad desired objects; raised before any request is sent."""
+
+
+def object_key(obj):
+    meta = obj.get("metadata") or {}
+    return (obj.get("apiVersion"), obj.get("kind"), meta.get("namespace") or "", meta.get("name"))
+
+
+def key_text(key):
+    api_version, kind, namespace, name = key
+    return f"{kind}/{namespace + '/' if namespace else ''}{name} ({api_version})"
+
+
+def validate_objects(objects):
+    """Every object needs apiVersion, kind and metadata.name, and no object may appear twice."""
+    errors = []
+    seen = set()
+    for pos, obj in enumerate(objects):
+        if not isinstance(obj, dict):
+            errors.append(f"objects[{pos}] is a {type(obj).__name__}, not a mapping")
+            continue
+        missing = [
+            f
+            for f, v in (
+                ("apiVersion", obj.get("apiVersion")),
+                ("kind", obj.get("kind")),
+                ("metadata.name", (obj.get("metadata") or {}).get("name")),
+            )
+            if not v
+        ]
+        if missing:
+            errors.append(f"objects[{pos}] lacks {', '.join(missing)}")
+            continue
+        key = object_key(obj)
+        if key in seen:
+            errors.append(f"objects[{pos}] {key_text(key)} appears more than once")
+        seen.add(key)
+    if errors:
+        raise ApplyError("; ".join(errors))
+
+
+def is_subset(desired, live):
+    """True when every field of `desired` is present in `live` with the same value.
+
+    Lists must have the same length and match element by element (the server keeps the order
+    of lists it was given); fields the server adds (defaults, status) are ignored.
+    """
+    if isinstance(desired, dict):
+        if not isinstance(live, dict):
+            return False
+        return all(k in live and is_subset(v, live[k]) for k, v in desired.items())
+    if isinstance(desired, list):
+        if not isinstance(live, list) or len(desired) != len(live):
+            return False
+        return all(is_subset(d, x) for d, x in zip(desired, live, strict=True))
+    if isinstance(desired, bool) or isinstance(live, bool):
+        return desired is live
+    if isinstance(desired, (int, float)) and isinstance(live, (int, float)):
+        return desired == live
+    return desired == live
+
+
+def decide(desired_objects, live_index):
+    """Split desired objects into create / update / unchanged against the live index."""
+    create, update, unchanged = [], [], []
+    for obj in desired_objects:
+        key = object_key(obj)
+        live = live_index.get(key)
+        if live is None:
+            create.append(obj)
+        elif is_subset(obj, live):
+            unchanged.append(obj)
+        else:
+            update.append(obj)
+    return {"create": create, "update": update, "unchanged": unchanged}
+
+
+def to_prune(live_owned, desired_keys):
+    """Live objects carrying the ownership selector that the desired set no longer has."""
+    return sorted(
+        (o for o in live_owned if object_key(o) not in desired_keys),
+        key=object_key,
+    )
+
+
+def strip_server_fields(obj):
+    """A copy without status and server-owned metadata, for diffs."""
+    clean = json.loads(json.dumps(obj))
+    clean.pop("status", None)
+    meta = clean.get("metadata") or {}
+    for field in _VOLATILE_METADATA:
+        meta.pop(field, None)
+    annotations = meta.get("annotations") or {}
+    annotations.pop("deprecated.daemonset.template.generation", None)
+    if not annotations:
+        meta.pop("annotations", None)
+    return clean
+
+
+def project(desired, live):
+    """The part of `live` that `desired` speaks about (same shape), for a focused diff."""
+    if isinstance(desired, dict) and isinstance(live, dict):
+        return {k: project(v, live[k]) for k, v in desired.items() if k in live}
+    if isinstance(desired, list) and isinstance(live, list):
+        return [project(d, x) for d, x in zip(desired, live, strict=False)] + live[len(desired) :]
+    return live
+
+
+def _dump(obj):
+    if obj is None:
+        return ""
+    if yaml is not None:
+        return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False)
+    return json.dumps(obj, indent=2, sort_keys=True) + "\n"
+
+
+def diff_entry(key, before, after):
+    """One entry for Ansible's diff output (before/after text with headers)."""
+    return {
+        "before_header": key_text(key) if before is not None else "(absent)",
+        "after_header": key_text(key) if after is not None else "(absent)",
+        "before": _dump(before),
+        "after": _dump(after),
+    }
+
+
+def unified(key, before, after):
+    return "".join(
+        difflib.unified_diff(
+            _dump(before).splitlines(True),
+            _dump(after).splitlines(True),
+            fromfile=f"live {key_text(key)}",
+            tofile=f"desired {key_text(key)}",
+        )
+    )
+
+
+class Cluster:
+    """The I/O side: one LIST per kind, server-side apply per changed object, delete."""
+
+    def __init__(self, kubeconfig=None, context=None):
+        from kubernetes import config
+        from kubernetes.dynamic import DynamicClient
+
+        api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
+        self.client = DynamicClient(api_client)
+        self.writes = 0
+
+    def resource(self, api_version, kind):
+        return self.client.resources.get(api_version=api_version, kind=kind)
+
+    def list_index(self, api_version, kind, label_selector=None, namespace=None):
+        res = self.resource(api_version, kind)
+        kwargs = {"label_selector": label_selector} if label_selector else {}
+        if namespace and res.namespaced:
+            kwargs["namespace"] = namespace
+        items = self.client.get(res, **kwargs).to_dict().get("items") or []
+        for item in items:
+            item.setdefault("apiVersion", api_version)
+            item.setdefault("kind", kind)
+        return {object_key(i): i for i in items}
+
+    def live_for(self, desired_objects):
+        """Index of the live objects for every (apiVersion, kind) in the desired set."""
+        index = {}
+        for api_version, kind in sorted({(o["apiVersion"], o["kind"]) for o in desired_objects}):
+            index.update(self.list_index(api_version, kind))
+        return index
+
+    def apply(self, obj, field_manager, force=True, dry_run=False):
+        res = self.resource(obj["apiVersion"], obj["kind"])
+        kwargs = {"field_manager": field_manager, "force_conflicts": force}
+        if dry_run:
+            kwargs["dry_run"] = "All"
+        else:
+            self.writes += 1
+        meta = obj["metadata"]
+        return self.client.server_side_apply(
+            res, body=obj, name=meta["name"], namespace=meta.get("namespace"), **kwargs
+        ).to_dict()
+
+    def apply_many(self, objects, field_manager, force=True, dry_run=False, parallel=8):
+        if not objects:
+            return []
+        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+            return list(pool.map(lambda o: self.apply(o, field_manager, force, dry_run), objects))
+
+    def delete(self, obj, dry_run=False):
+        res = self.resource(obj["apiVersion"], obj["kind"])
+        meta = obj["metadata"]
+        kwargs = {"dry_run": "All"} if dry_run else {}
+        if not dry_run:
+            self.writes += 1
+        self.client.delete(res, name=meta["name"], namespace=meta.get("namespace") or None, **kwargs)
+
+
+def run(cluster, objects, field_manager="gpusplit", prune=None, check_mode=False, force=True, parallel=8):
+    """Apply `objects` and prune owned leftovers. Returns the module's result fields.
+
+    prune: list of {api_version, kind, label_selector, namespace?}; only objects matching the
+    selector (which must include the ownership label) are candidates.
+    """
+    validate_objects(objects)
+    for spec in prune or []:
+        if MANAGED_BY not in (spec.get("label_selector") or ""):
+            raise ApplyError(
+                f"prune selector for {spec.get('kind')} must include {MANAGED_BY} so that only owned objects are deleted"
+            )
+    live = cluster.live_for(objects)
+    plan = decide(objects, live)
+    changed_objs = plan["create"] + plan["update"]
+    results = cluster.apply_many(
+        changed_objs, field_manager, force=force, dry_run=check_mode, parallel=parallel
+    )
+    diffs = []
+    for obj, after in zip(changed_objs, results, strict=True):
+        key = object_key(obj)
+        before = live.get(key)
+        diffs.append(
+            diff_entry(
+                key,
+                project(obj, strip_server_fields(before)) if before else None,
+                project(obj, strip_server_fields(after)),
+            )
+        )
+    desired_keys = {object_key(o) for o in objects}
+    pruned = []
+    for spec in prune or []:
+        owned = cluster.list_index(
+            spec["api_version"], spec["kind"], spec["label_selector"], spec.get("namespace")
+        ).values()
+        for obj in to_prune(owned, desired_keys):
+            cluster.delete(obj, dry_run=check_mode)
+            pruned.append(key_text(object_key(obj)))
+            diffs.append(diff_entry(object_key(obj), strip_server_fields(obj), None))
+    return {
+        "changed": bool(changed_objs or pruned),
+        "created": [key_text(object_key(o)) for o in plan["create"]],
+        "updated": [key_text(object_key(o)) for o in plan["update"]],
+        "unchanged": len(plan["unchanged"]),
+        "pruned": pruned,
+        "api_writes": cluster.writes,
+        "diff": diffs,
+    }
