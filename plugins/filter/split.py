@@ -1,0 +1,102 @@
+"""Filters exposing the split planner and the split renderers to playbooks.
+
+    {{ gpusplit_gpus | gpusplit.k8s.gpusplit_plan(inventory_hostname, 'device_plugin', {'count': 2}) }}
+    {{ fleet_input | gpusplit.k8s.gpusplit_fleet_plan }}
+    {{ fleet_plan | gpusplit.k8s.gpusplit_render_daemonsets(settings) }}
+    {{ fleet_plan | gpusplit.k8s.gpusplit_plan_table }}
+
+Every refusal of the planner becomes one AnsibleFilterError listing all messages.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils import render, split_plan
+
+
+def _wrap(func):
+    def run(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except split_plan.PlanError as exc:
+            raise AnsibleFilterError("gpusplit split plan refused:\n- " + "\n- ".join(exc.errors)) from None
+        except render.RenderError as exc:
+            raise AnsibleFilterError(f"gpusplit render refused: {exc}") from None
+
+    run.__name__ = func.__name__
+    run.__doc__ = func.__doc__
+    return run
+
+
+def gpusplit_plan(facts, host, mode, split=None, mig_strategy="none", exclude_unhealthy=True, node_name=None):
+    """The split plan of one host from its GPU facts."""
+    return split_plan.plan_node(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name)
+
+
+def gpusplit_fleet_plan(hosts):
+    """The split plan of every host: {host: {facts, mode, split, ...}} -> {nodes, summary, warnings}."""
+    return split_plan.plan_fleet(hosts)
+
+
+def gpusplit_plan_table(plan):
+    """A fixed-width table of a fleet plan (or node plan)."""
+    return split_plan.fleet_table(plan)
+
+
+def gpusplit_render_daemonsets(plan, settings=None):
+    """The per-node split device plugin DaemonSets of a fleet plan (or node plan / list)."""
+    return render.render_daemonsets(plan, settings)
+
+
+def gpusplit_render_fleet(plan, settings=None):
+    """Namespace (when not kube-system) + the DaemonSets, in apply order."""
+    return render.render_fleet(plan, settings)
+
+
+def gpusplit_render_daemonset(node_plan, settings=None):
+    """The split device plugin DaemonSet of one node plan."""
+    return render.render_split_daemonset(node_plan, settings)
+
+
+def gpusplit_node_labels(node_plan, operator_managed=False):
+    """The node labels gpusplit sets for one node plan."""
+    return render.node_labels(node_plan, operator_managed)
+
+
+def gpusplit_node_taints(node_plan, taint_enabled=False):
+    """[nvidia.com/gpu=present:NoSchedule] when enabled and the node has Kubernetes GPUs."""
+    return render.node_taints(node_plan, taint_enabled)
+
+
+def gpusplit_node_patches(plan, operator_managed=False):
+    """Node objects carrying gpusplit's labels, one per node plan."""
+    return render.render_node_patches(plan, operator_managed)
+
+
+def gpusplit_stock_exclusion(existing=None, settings=None):
+    """The patch keeping a stock cluster-wide plugin DaemonSet off split nodes."""
+    return render.render_stock_plugin_exclusion(settings, existing)
+
+
+def gpusplit_daemonset_name(node):
+    """gpusplit-dp-<node> as a DNS-1123 label (<= 63 characters)."""
+    return render.daemonset_name(node)
+
+
+class FilterModule:
+    def filters(self):
+        funcs = (
+            gpusplit_plan,
+            gpusplit_fleet_plan,
+            gpusplit_plan_table,
+            gpusplit_render_daemonsets,
+            gpusplit_render_fleet,
+            gpusplit_render_daemonset,
+            gpusplit_node_labels,
+            gpusplit_node_taints,
+            gpusplit_node_patches,
+            gpusplit_stock_exclusion,
+            gpusplit_daemonset_name,
+        )
+        return {f.__name__: _wrap(f) for f in funcs}

@@ -1,0 +1,170 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Verification of a split against what the cluster and the hosts really show. Pure functions.
+
+Inputs are plain data the playbook reads once per run: the fleet plan, the live Node objects,
+the live device-plugin pods, and each host's GPU facts (with their compute processes). The
+verdict per node is OK (everything as planned), DRIFT (not yet or no longer as planned, but
+nothing a pod could misuse: e.g. fewer GPUs advertised than planned, plugin pod not running) or
+FAIL (the split does not hold: more GPUs advertised than the Kubernetes share, a host process on
+a Kubernetes GPU, a container process on a host GPU, two device plugins on one node).
+"""
+
+from __future__ import annotations
+
+import json
+
+OK, DRIFT, FAIL = "OK", "DRIFT", "FAIL"
+GPU_RESOURCE = "nvidia.com/gpu"
+PLUGIN_MODES = ("device_plugin", "gpu_operator")
+PLUGIN_NAME_LABEL = "app.kubernetes.io/name"
+PLUGIN_NAME = "gpusplit-device-plugin"
+PLUGIN_IMAGE_HINT = "k8s-device-plugin"
+
+
+def _quantity(value):
+    if value in (None, ""):
+        return 0
+    try:
+        return int(str(value))
+    except ValueError:
+        return None
+
+
+def _plugin_pods_by_node(pods):
+    by_node = {}
+    for pod in pods or []:
+        spec = pod.get("spec") or {}
+        images = [c.get("image", "") for c in spec.get("containers") or []]
+        if not any(PLUGIN_IMAGE_HINT in i for i in images):
+            continue
+        node = spec.get("nodeName")
+        if node:
+            by_node.setdefault(node, []).append(pod)
+    return by_node
+
+
+def _is_ours(pod):
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(PLUGIN_NAME_LABEL) == PLUGIN_NAME
+
+
+def unmanaged_plugin_daemonsets(daemonsets):
+    """DaemonSets that run an NVIDIA device plugin and are not gpusplit's (stock or operator)."""
+    out = []
+    for ds in daemonsets or []:
+        meta = ds.get("metadata") or {}
+        if (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpusplit":
+            continue
+        containers = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
+        if any(PLUGIN_IMAGE_HINT in (c.get("image") or "") for c in containers):
+            out.append(ds)
+    return out
+
+
+def check_processes(node_plan, gpus):
+    """(fail reasons) for processes on the wrong share, from the host's GPU facts."""
+    reasons = []
+    share_of = {g["uuid"]: g["share"] for g in node_plan.get("gpus", [])}
+    for gpu in gpus or []:
+        share = share_of.get(gpu.get("uuid"))
+        for proc in gpu.get("processes") or []:
+            in_container = proc.get("in_container")
+            who = f"pid {proc.get('pid')} ({proc.get('name') or '?'})"
+            if share == "kubernetes" and in_container is False:
+                reasons.append(f"host process {who} runs on Kubernetes GPU {gpu['uuid']}")
+            elif share == "host" and in_container is True:
+                reasons.append(f"container process {who} runs on host GPU {gpu['uuid']}")
+    return reasons
+
+
+def verify_node(node_plan, node, plugin_pods, gpus):
+    """The report entry for one node."""
+    fails, drifts = [], []
+    mode = node_plan["mode"]
+    expected = node_plan.get("resources", {}).get(GPU_RESOURCE, 0) if mode in PLUGIN_MODES else 0
+    allocatable = None
+    if node is None:
+        fails.append(f"node {node_plan['node']} is not registered in the cluster")
+    else:
+        allocatable = _quantity(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
+        if allocatable is None:
+            fails.append("allocatable nvidia.com/gpu is not an integer")
+        elif allocatable > expected:
+            fails.append(
+                f"node advertises {allocatable} nvidia.com/gpu but the Kubernetes share is {expected}: "
+                "pods can be given host GPUs (is a privileged or unsplit device plugin running there?)"
+            )
+        elif allocatable < expected:
+            drifts.append(f"node advertises {allocatable} nvidia.com/gpu, fewer than the planned {expected}")
+    running = [p for p in plugin_pods if (p.get("status") or {}).get("phase") == "Running"]
+    if len(running) > 1:
+        names = ", ".join(sorted(p["metadata"]["name"] for p in running))
+        fails.append(f"{len(running)} device plugins run on the node ({names}); they share the kubelet checkpoint")
+    if mode in PLUGIN_MODES and expected > 0:
+        ours = [p for p in running if _is_ours(p)]
+        if not ours:
+            drifts.append("the node's split device-plugin pod is not running")
+    elif mode in ("none", "dra") and running:
+        fails.append(f"a device plugin runs on a node in mode {mode}")
+    if mode != "none":  # a node left alone is not split: any process may use any GPU
+        fails.extend(check_processes(node_plan, gpus))
+    verdict = FAIL if fails else DRIFT if drifts else OK
+    return {
+        "name": node_plan["node"],
+        "host": node_plan["host"],
+        "mode": mode,
+        "host_gpus": node_plan["host_uuids"],
+        "kubernetes_gpus": node_plan["kubernetes_uuids"],
+        "excluded_gpus": [e["uuid"] for e in node_plan.get("excluded", [])],
+        "expected_allocatable": expected,
+        "allocatable": allocatable,
+        "verdict": verdict,
+        "reasons": fails + drifts,
+    }
+
+
+def verify_fleet(plan, nodes, pods, facts_by_host):
+    """The fleet report: one entry per planned node, and the counts of each verdict."""
+    by_name = {n["metadata"]["name"]: n for n in nodes or []}
+    pods_by_node = _plugin_pods_by_node(pods)
+    entries = []
+    for host in sorted(plan["nodes"]):
+        node_plan = plan["nodes"][host]
+        entries.append(
+            verify_node(
+                node_plan,
+                by_name.get(node_plan["node"]),
+                pods_by_node.get(node_plan["node"], []),
+                (facts_by_host or {}).get(host) or [],
+            )
+        )
+    counts = {v: sum(1 for e in entries if e["verdict"] == v) for v in (OK, DRIFT, FAIL)}
+    return {"nodes": entries, "counts": counts, "ok": counts[FAIL] == 0 and counts[DRIFT] == 0}
+
+
+def report_table(report):
+    """A fixed-width table of the fleet report."""
+    header = ("NODE", "MODE", "HOST", "K8S", "ALLOCATABLE", "VERDICT", "REASON")
+    rows = [
+        (
+            e["name"],
+            e["mode"],
+            str(len(e["host_gpus"])),
+            str(len(e["kubernetes_gpus"])),
+            "-" if e["allocatable"] is None else f"{e['allocatable']}/{e['expected_allocatable']}",
+            e["verdict"],
+            "; ".join(e["reasons"]) or "-",
+        )
+        for e in report["nodes"]
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
+    lines = []
+    for row in [header, *rows]:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1])
+    c = report["counts"]
+    lines.append(f"{len(rows)} node(s): {c[OK]} OK, {c[DRIFT]} DRIFT, {c[FAIL]} FAIL")
+    return "\n".join(lines)
+
+
+def dumps(report):
+    return json.dumps(report, indent=2, sort_keys=True)

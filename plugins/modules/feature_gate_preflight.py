@@ -1,0 +1,276 @@
+#!/usr/bin/python
+# Copyright: gpusplit contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Ansible module gpusplit.k8s.feature_gate_preflight."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: feature_gate_preflight
+short_description: Check feature gates for a Kubernetes version before they reach a control plane
+version_added: "0.1.0"
+description:
+  - Validates requested feature gates against the gpusplit catalog for O(version) (Kubernetes
+    1.35, 1.36 or 1.37) and returns the C(--runtime-config) entries kube-apiserver needs for them.
+  - Reads the flags the control plane runs with today (static-pod manifests in O(manifests_dir),
+    k3s/rke2 config files in O(rancher_config_files), a kubelet config in O(kubelet_config), or
+    O(current_flags) given directly) and reports every gate or C(--runtime-config) entry that would
+    stop a component of O(version), for example C(GangScheduling) on 1.37 (removed, merged into
+    C(GenericWorkload)) or C(scheduling.k8s.io/v1alpha2) (not served by 1.37).
+  - Changes nothing. Fails when anything would stop a component, unless O(fail_on_error=false).
+options:
+  version:
+    description: The Kubernetes version to check against (the upgrade target, or the running one).
+    type: str
+    required: true
+  feature_gates:
+    description: Gates that are about to be requested, name to boolean.
+    type: dict
+    default: {}
+  manifests_dir:
+    description:
+      - Directory holding C(kube-apiserver.yaml), C(kube-scheduler.yaml) and
+        C(kube-controller-manager.yaml).
+    type: path
+  rancher_config_files:
+    description:
+      - k3s/rke2 C(config.yaml) followed by its C(config.yaml.d/*.yaml) drop-ins, in the order k3s reads
+        them (file-name order). Missing files are skipped.
+    type: list
+    elements: path
+    default: []
+  kubelet_config:
+    description: A KubeletConfiguration file whose C(featureGates) are checked as component C(kubelet).
+    type: path
+  current_flags:
+    description:
+      - Flags per component given directly, component name to a dict with keys C(feature_gates) and
+        C(runtime_config); each value a map or the flag text (C(A=true,B=false)). Merged over what
+        the files say.
+    type: dict
+    default: {}
+  allow_uncatalogued:
+    description: Treat gate names outside the gpusplit catalog as warnings instead of errors.
+    type: bool
+    default: false
+  fail_on_error:
+    description: Fail when a requested gate or a current flag would stop a component of O(version).
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+author:
+  - gpusplit contributors
+"""
+
+EXAMPLES = r"""
+- name: Is GenericWorkload valid on 1.37, and which API must be enabled?
+  gpusplit.k8s.feature_gate_preflight:
+    version: "1.37"
+    feature_gates:
+      GenericWorkload: true
+  register: gates
+
+- name: Before upgrading a kubeadm control plane to 1.37, find gates that would stop it
+  gpusplit.k8s.feature_gate_preflight:
+    version: "1.37.2"
+    manifests_dir: /etc/kubernetes/manifests
+    kubelet_config: /var/lib/kubelet/config.yaml
+  register: preflight
+
+- name: Same for an rke2 server
+  gpusplit.k8s.feature_gate_preflight:
+    version: "1.37"
+    rancher_config_files:
+      - /etc/rancher/rke2/config.yaml
+      - /etc/rancher/rke2/config.yaml.d/50-gpusplit.yaml
+"""
+
+RETURN = r"""
+minor:
+  description: The Kubernetes minor checked.
+  type: str
+  returned: always
+  sample: "1.37"
+gate_errors:
+  description: Problems with O(feature_gates) that would stop a component.
+  type: list
+  elements: str
+  returned: always
+gate_warnings:
+  description: Accepted but noteworthy (GA, alpha, uncatalogued gates); also emitted as Ansible warnings.
+  type: list
+  elements: str
+  returned: always
+runtime_config:
+  description: C(--runtime-config) entries kube-apiserver needs for O(feature_gates) on O(version).
+  type: dict
+  returned: always
+  sample: {scheduling.k8s.io/v1beta1: "true"}
+current_flags:
+  description: The flags found per component.
+  type: dict
+  returned: always
+findings:
+  description: Per-component findings for the current flags on O(version).
+  type: list
+  elements: dict
+  returned: always
+  sample:
+    - component: kube-scheduler
+      kind: feature-gate
+      name: GangScheduling
+      severity: error
+      message: >-
+        unrecognized feature gate: GangScheduling (Kubernetes 1.37: removed in 1.37,
+        merged into GenericWorkload); every component given this gate exits at start
+stale_gates:
+  description: Gate names in the current flags that would stop a component of O(version), per component.
+  type: dict
+  returned: always
+  sample: {kube-scheduler: [GangScheduling]}
+migrated_feature_gates:
+  description:
+    - Per component, the current gates rewritten for O(version) (removed gates dropped, merged ones carried).
+  type: dict
+  returned: always
+"""
+
+import os
+
+import yaml
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags import (
+    CONTROL_PLANE,
+    FlagEditError,
+    parse_feature_gates,
+    parse_runtime_config,
+    parse_static_pod,
+    rancher_component_flags,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils.feature_gates import (
+    CatalogError,
+    migrate_gates,
+    supported_minor,
+    upgrade_preflight,
+    validate_gates,
+)
+
+
+def _as_map(value, parse):
+    if not value:
+        return {}
+    if isinstance(value, dict):
+        return dict(value)
+    return parse(str(value))
+
+
+def gather_current_flags(module: AnsibleModule) -> dict:
+    p = module.params
+    flags: dict[str, dict] = {}
+    if p["manifests_dir"]:
+        for component in CONTROL_PLANE:
+            path = os.path.join(p["manifests_dir"], f"{component}.yaml")
+            if not os.path.isfile(path):
+                continue
+            with open(path, encoding="utf-8") as handle:
+                pod = parse_static_pod(handle.read())
+            flags[component] = {
+                "feature_gates": pod["feature_gates"],
+                "runtime_config": pod["runtime_config"],
+            }
+    texts = []
+    for path in p["rancher_config_files"]:
+        if os.path.isfile(path):
+            with open(path, encoding="utf-8") as handle:
+                texts.append(handle.read())
+    if texts:
+        flags.update(rancher_component_flags(texts))
+    if p["kubelet_config"] and os.path.isfile(p["kubelet_config"]):
+        with open(p["kubelet_config"], encoding="utf-8") as handle:
+            kubelet = yaml.safe_load(handle) or {}
+        gates = kubelet.get("featureGates") or {}
+        if gates:
+            flags["kubelet"] = {"feature_gates": dict(gates), "runtime_config": {}}
+    for component, given in (p["current_flags"] or {}).items():
+        given = given or {}
+        entry = flags.setdefault(component, {"feature_gates": {}, "runtime_config": {}})
+        entry["feature_gates"].update(_as_map(given.get("feature_gates"), parse_feature_gates))
+        entry["runtime_config"].update(_as_map(given.get("runtime_config"), parse_runtime_config))
+    return flags
+
+
+def run(module: AnsibleModule) -> dict:
+    p = module.params
+    try:
+        minor = supported_minor(p["version"])
+    except CatalogError as exc:
+        module.fail_json(msg=str(exc))
+    try:
+        current = gather_current_flags(module)
+    except (FlagEditError, yaml.YAMLError, OSError) as exc:
+        module.fail_json(msg=f"cannot read the current control-plane flags: {exc}")
+
+    errors, warnings, runtime_config = validate_gates(
+        minor, p["feature_gates"], allow_uncatalogued=p["allow_uncatalogued"]
+    )
+    findings = upgrade_preflight(current, minor, allow_uncatalogued=p["allow_uncatalogued"])
+    stale: dict[str, list] = {}
+    for finding in findings:
+        if finding["severity"] == "error" and finding["kind"] in ("feature-gate", "uncatalogued"):
+            stale.setdefault(finding["component"], []).append(finding["name"])
+    migrated = {}
+    for component, flags in current.items():
+        try:
+            migrated[component] = migrate_gates(flags["feature_gates"], minor)[0]
+        except CatalogError as exc:
+            errors.append(f"{component}: {exc}")
+
+    result = {
+        "changed": False,
+        "minor": minor,
+        "gate_errors": errors,
+        "gate_warnings": warnings,
+        "runtime_config": runtime_config,
+        "current_flags": current,
+        "findings": findings,
+        "stale_gates": stale,
+        "migrated_feature_gates": migrated,
+    }
+    blocking = errors + [f"{f['component']}: {f['message']}" for f in findings if f["severity"] == "error"]
+    for warning in warnings:
+        module.warn(warning)
+    for finding in findings:
+        if finding["severity"] == "warning":
+            module.warn(f"{finding['component']}: {finding['message']}")
+    if blocking and p["fail_on_error"]:
+        module.fail_json(
+            msg=f"feature-gate preflight for Kubernetes {minor} failed: " + "; ".join(blocking), **result
+        )
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            version=dict(type="str", required=True),
+            feature_gates=dict(type="dict", default={}),
+            manifests_dir=dict(type="path"),
+            rancher_config_files=dict(type="list", elements="path", default=[]),
+            kubelet_config=dict(type="path"),
+            current_flags=dict(type="dict", default={}),
+            allow_uncatalogued=dict(type="bool", default=False),
+            fail_on_error=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    module.exit_json(**run(module))
+
+
+if __name__ == "__main__":
+    main()

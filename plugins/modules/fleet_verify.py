@@ -1,0 +1,124 @@
+#!/usr/bin/python
+# Copyright: gpusplit contributors
+# Apache-2.0
+
+DOCUMENTATION = r"""
+module: fleet_verify
+short_description: Check that what Kubernetes counts on every node equals the split plan
+version_added: "0.1.0"
+description:
+  - Reads the Node objects and the device-plugin pods once and compares them, node by node,
+    with the fleet plan and the hosts' GPU facts.
+  - Per node the verdict is C(OK), C(DRIFT) (not as planned yet or any more, nothing a pod can
+    misuse) or C(FAIL) (the split does not hold, for example more GPUs advertised than the
+    Kubernetes share, a host process on a Kubernetes GPU, two device plugins on one node).
+  - With I(wait_seconds) it re-reads until no node is in DRIFT, for a plugin that is still starting.
+  - Read-only. Run it on the controller.
+options:
+  plan:
+    description: The fleet plan (the gpu_plan role's C(gpusplit_fleet_plan)).
+    type: dict
+    required: true
+  facts:
+    description: GPU facts per host (host -> C(nvidia_gpus)), for the process checks.
+    type: dict
+    default: {}
+  kubeconfig:
+    description: Path to the kubeconfig.
+    type: path
+  context:
+    description: The kubeconfig context.
+    type: str
+  wait_seconds:
+    description: Keep re-reading for up to this many seconds while any node is in DRIFT.
+    type: int
+    default: 0
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+requirements:
+  - kubernetes (Python client)
+author:
+  - gpusplit team
+"""
+
+EXAMPLES = r"""
+- name: Verify the split
+  gpusplit.k8s.fleet_verify:
+    plan: "{{ hostvars['localhost']['gpusplit_fleet_plan'] }}"
+    facts: "{{ hostvars | gpusplit.k8s.gpusplit_fleet_facts(ansible_play_hosts) }}"
+    wait_seconds: 60
+  register: report
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+report:
+  description: Per node name, mode, host_gpus, kubernetes_gpus, allocatable, verdict, reasons; and counts.
+  returned: always
+  type: dict
+table:
+  description: The report as a fixed-width table.
+  returned: always
+  type: str
+"""
+
+import time
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+try:
+    from kubernetes import client, config
+
+    HAS_K8S = True
+    K8S_IMPORT_ERROR = None
+except ImportError:
+    HAS_K8S = False
+    K8S_IMPORT_ERROR = traceback.format_exc()
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils import verify
+
+
+def read_cluster(api):
+    core = client.CoreV1Api(api)
+    nodes = api.sanitize_for_serialization(core.list_node().items)
+    pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
+    return nodes, pods
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "plan": {"type": "dict", "required": True},
+            "facts": {"type": "dict", "default": {}},
+            "kubeconfig": {"type": "path"},
+            "context": {"type": "str"},
+            "wait_seconds": {"type": "int", "default": 0},
+        },
+        supports_check_mode=True,
+    )
+    if not HAS_K8S:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
+    p = module.params
+    if not isinstance(p["plan"].get("nodes"), dict):
+        module.fail_json(msg="plan: expected a fleet plan with a 'nodes' mapping (from the gpu_plan role)")
+    try:
+        api = config.new_client_from_config(config_file=p["kubeconfig"], context=p["context"])
+        deadline = time.time() + max(0, p["wait_seconds"])
+        while True:
+            nodes, pods = read_cluster(api)
+            report = verify.verify_fleet(p["plan"], nodes, pods, p["facts"])
+            if report["counts"][verify.DRIFT] == 0 or time.time() >= deadline:
+                break
+            time.sleep(2)
+    except Exception as exc:
+        module.fail_json(msg=f"reading the cluster failed: {getattr(exc, 'body', None) or exc}")
+    module.exit_json(changed=False, report=report, table=verify.report_table(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,273 @@
+#!/usr/bin/python
+# Copyright: gpusplit contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Ansible module gpusplit.k8s.kubeadm_config_flags."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: kubeadm_config_flags
+short_description: Merge feature gates and runtime-config into a kubeadm ClusterConfiguration
+version_added: "0.1.0"
+description:
+  - C(kubeadm upgrade) regenerates the control-plane static pods from the C(ClusterConfiguration) in
+    ConfigMap C(kube-system/kubeadm-config), so a gate set only in the manifests is lost at the next
+    upgrade. This module applies the same merge as M(gpusplit.k8s.static_pod_flags) to the
+    C(extraArgs) of C(apiServer), C(scheduler) and C(controllerManager).
+  - Handles C(kubeadm.k8s.io/v1beta4) (C(extraArgs) is a list of C(name)/C(value) items) and
+    C(kubeadm.k8s.io/v1beta3) (C(extraArgs) is a map). kubeadm 1.37 no longer reads v1beta3 files,
+    but an older cluster's ConfigMap may still hold it.
+  - Works on text. With O(content) (for example the ConfigMap's C(data.ClusterConfiguration), read with
+    C(kubernetes.core.k8s_info)) it only returns the new text for the caller to apply. With O(path)
+    (a kubeadm config file) it also writes the file.
+  - Only the affected lines change; the result is read back and compared with the intended document.
+    Idempotent.
+options:
+  content:
+    description: ClusterConfiguration text (one document) or a whole kubeadm config file's text.
+    type: str
+  path:
+    description: A kubeadm config file to edit in place. Mutually exclusive with O(content).
+    type: path
+  components:
+    description: Sections to change.
+    type: list
+    elements: str
+    choices: [apiServer, scheduler, controllerManager]
+    default: [apiServer, scheduler, controllerManager]
+  feature_gates:
+    description: Gates to set in every section of O(components), name to boolean.
+    type: dict
+    default: {}
+  runtime_config:
+    description: C(--runtime-config) entries to set; only C(apiServer) gets them.
+    type: dict
+    default: {}
+  remove_feature_gates:
+    description: Gate names to delete.
+    type: list
+    elements: str
+    default: []
+  remove_runtime_config:
+    description: C(--runtime-config) keys to delete (C(apiServer) only).
+    type: list
+    elements: str
+    default: []
+  validate_version:
+    description:
+      - Check each section's resulting gates against the gpusplit catalog for this Kubernetes version
+        and fail before returning or writing anything that would stop a component. C(auto) reads
+        C(kubernetesVersion) from the ClusterConfiguration.
+    type: str
+  allow_uncatalogued:
+    description: With O(validate_version), accept gate names outside the gpusplit catalog (as warnings).
+    type: bool
+    default: false
+  backup:
+    description: With O(path), keep a timestamped copy of the file next to it before writing.
+    type: bool
+    default: false
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+author:
+  - gpusplit contributors
+"""
+
+EXAMPLES = r"""
+- name: Read the kubeadm-config ConfigMap
+  kubernetes.core.k8s_info:
+    kind: ConfigMap
+    namespace: kube-system
+    name: kubeadm-config
+  register: kubeadm_config
+  delegate_to: localhost
+  run_once: true
+
+- name: Compute the new ClusterConfiguration
+  gpusplit.k8s.kubeadm_config_flags:
+    content: "{{ kubeadm_config.resources[0].data.ClusterConfiguration }}"
+    feature_gates:
+      GenericWorkload: true
+    runtime_config:
+      scheduling.k8s.io/v1beta1: "true"
+    validate_version: auto
+  register: cluster_config
+  delegate_to: localhost
+  run_once: true
+
+- name: Store it
+  kubernetes.core.k8s:
+    state: patched
+    kind: ConfigMap
+    namespace: kube-system
+    name: kubeadm-config
+    definition:
+      data:
+        ClusterConfiguration: "{{ cluster_config.content }}"
+  when: cluster_config.changed
+  delegate_to: localhost
+  run_once: true
+"""
+
+RETURN = r"""
+content:
+  description: The resulting text (unchanged text when nothing changed).
+  type: str
+  returned: always
+api_version:
+  description: The ClusterConfiguration's kubeadm API version.
+  type: str
+  returned: always
+  sample: v1beta4
+sections:
+  description: Per section, the gates and runtime-config before and after.
+  type: dict
+  returned: always
+  sample:
+    apiServer:
+      before: {feature_gates: {}, runtime_config: {}}
+      after: {feature_gates: {GenericWorkload: true}, runtime_config: {scheduling.k8s.io/v1beta1: "true"}}
+backup_file:
+  description: The copy made with O(backup).
+  type: str
+  returned: when a backup was made
+"""
+
+import os
+import tempfile
+
+import yaml
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags import (
+    FlagEditError,
+    merge_cluster_config_flags,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils.feature_gates import (
+    CatalogError,
+    runtime_config_problems,
+    validate_gates,
+)
+
+
+def _cluster_config(text: str) -> dict:
+    for doc in yaml.safe_load_all(text):
+        if isinstance(doc, dict) and doc.get("kind") == "ClusterConfiguration":
+            return doc
+    return {}
+
+
+def run(module: AnsibleModule) -> dict:
+    p = module.params
+    path = p["path"]
+    if path:
+        if not os.path.isfile(path):
+            module.fail_json(msg=f"{path} does not exist")
+        with open(path, encoding="utf-8", newline="") as handle:
+            text = handle.read()
+    else:
+        text = p["content"]
+
+    new_text = text
+    sections = {}
+    try:
+        for component in p["components"]:
+            is_api = component == "apiServer"
+            edit = merge_cluster_config_flags(
+                new_text,
+                component,
+                p["feature_gates"],
+                p["runtime_config"] if is_api else None,
+                p["remove_feature_gates"],
+                p["remove_runtime_config"] if is_api else (),
+            )
+            new_text = edit["text"]
+            sections[component] = {"before": edit["before"], "after": edit["after"]}
+        config = _cluster_config(new_text)
+    except (FlagEditError, yaml.YAMLError) as exc:
+        module.fail_json(msg=f"{path or 'content'}: {exc}")
+
+    result = {
+        "changed": new_text != text,
+        "content": new_text,
+        "api_version": str(config.get("apiVersion", "")).rsplit("/", 1)[-1],
+        "sections": sections,
+    }
+
+    if p["validate_version"]:
+        version = p["validate_version"]
+        if version == "auto":
+            version = config.get("kubernetesVersion")
+            if not version:
+                module.fail_json(
+                    msg="validate_version=auto but the ClusterConfiguration has no kubernetesVersion"
+                )
+        errors = []
+        for component, section in sections.items():
+            errs, warns, _needed = validate_gates(
+                version, section["after"]["feature_gates"], allow_uncatalogued=p["allow_uncatalogued"]
+            )
+            errors += [f"{component}: {e}" for e in errs]
+            for warning in warns:
+                module.warn(f"{component}: {warning}")
+            if component == "apiServer":
+                try:
+                    problems = runtime_config_problems(version, section["after"]["runtime_config"])
+                except CatalogError as exc:
+                    problems = [("", str(exc))]
+                errors += [f"{component}: {message}" for _key, message in problems]
+        if errors:
+            module.fail_json(
+                msg="refusing a ClusterConfiguration that would stop the control plane: " + "; ".join(errors),
+                **result,
+            )
+
+    if module._diff:
+        result["diff"] = {"before": text, "after": new_text}
+    if result["changed"] and path and not module.check_mode:
+        if p["backup"]:
+            result["backup_file"] = module.backup_local(path)
+        module.atomic_move(_write_temp(path, new_text), os.path.realpath(path))
+    return result
+
+
+def _write_temp(path: str, text: str) -> str:
+    directory = os.path.dirname(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.gpusplit-", dir=directory)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+        handle.write(text)
+    return tmp
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            content=dict(type="str"),
+            path=dict(type="path"),
+            components=dict(
+                type="list",
+                elements="str",
+                choices=["apiServer", "scheduler", "controllerManager"],
+                default=["apiServer", "scheduler", "controllerManager"],
+            ),
+            feature_gates=dict(type="dict", default={}),
+            runtime_config=dict(type="dict", default={}),
+            remove_feature_gates=dict(type="list", elements="str", default=[]),
+            remove_runtime_config=dict(type="list", elements="str", default=[]),
+            validate_version=dict(type="str"),
+            allow_uncatalogued=dict(type="bool", default=False),
+            backup=dict(type="bool", default=False),
+        ),
+        mutually_exclusive=[("content", "path")],
+        required_one_of=[("content", "path")],
+        supports_check_mode=True,
+    )
+    module.exit_json(**run(module))
+
+
+if __name__ == "__main__":
+    main()

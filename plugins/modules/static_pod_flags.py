@@ -1,0 +1,322 @@
+#!/usr/bin/python
+# Copyright: gpusplit contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Ansible module gpusplit.k8s.static_pod_flags."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: static_pod_flags
+short_description: Merge feature gates and runtime-config into a control-plane static-pod manifest
+version_added: "0.1.0"
+description:
+  - Edits the C(command) of a kubeadm-style static-pod manifest (for example
+    C(/etc/kubernetes/manifests/kube-apiserver.yaml)) and merges O(feature_gates) into
+    C(--feature-gates) and O(runtime_config) into C(--runtime-config).
+  - Inside a flag a gate of the same name is replaced in place, other gates are kept, new gates are
+    appended sorted; a flag that does not exist yet is appended at the end of the command, where
+    kubeadm puts C(extraArgs). Repeated flags are folded into the first one (the component merges
+    them the same way).
+  - Only the affected command lines change; every other byte of the file is kept. The edited text
+    is read back and compared with the intended document before anything is written.
+  - Idempotent. A re-run with the same options reports C(changed=false) and writes nothing.
+  - The kubelet restarts the static pod when the file changes. A hand edit alone is lost at the next
+    C(kubeadm upgrade), which regenerates the manifests from the C(kubeadm-config) ConfigMap; change
+    that too (M(gpusplit.k8s.kubeadm_config_flags)).
+  - The new file is written to a temporary file named C(.<name>.gpusplit-*) in the manifest directory
+    and renamed over the manifest. The kubelet reads every file of that directory whose name does not
+    start with a dot, whatever its extension (kubelet C(pkg/kubelet/config/file.go) globs C([^.]*),
+    C(file_linux.go) ignores dot-file events), so a dot-file is the only safe temporary name there
+    and the rename replaces the manifest atomically.
+options:
+  path:
+    description: The static-pod manifest to edit.
+    type: path
+    required: true
+  feature_gates:
+    description: Gates to set, name to boolean.
+    type: dict
+    default: {}
+  runtime_config:
+    description:
+      - C(--runtime-config) entries to set, group/version (or group/version/resource) to value
+        (C(true)/C(false)). Only kube-apiserver has this flag.
+    type: dict
+    default: {}
+  remove_feature_gates:
+    description: Gate names to delete from C(--feature-gates) (for example gates an upgrade removes).
+    type: list
+    elements: str
+    default: []
+  remove_runtime_config:
+    description: Keys to delete from C(--runtime-config).
+    type: list
+    elements: str
+    default: []
+  backup_dir:
+    description:
+      - Directory for a copy of the manifest as it was before the change. Required whenever the
+        module changes the file (also checked in check mode).
+      - It must not be the manifest directory or inside it, because the kubelet would run the copy
+        as a second static pod.
+    type: path
+  validate_version:
+    description:
+      - Check the resulting gate list against the gpusplit catalog for this Kubernetes version before
+        writing and fail on anything that would stop the component (unknown or removed gate, locked
+        gate set to the other value, dependency left disabled). For kube-apiserver also check that
+        C(--runtime-config) names only group/versions that release knows.
+      - C(auto) takes the version from the manifest's image tag.
+    type: str
+  allow_uncatalogued:
+    description: With O(validate_version), accept gate names outside the gpusplit catalog (as warnings).
+    type: bool
+    default: false
+  container:
+    description: Container whose command is edited; default the one named like the pod, else the first.
+    type: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+author:
+  - gpusplit contributors
+"""
+
+EXAMPLES = r"""
+- name: Enable gang scheduling on kube-apiserver (Kubernetes 1.37)
+  gpusplit.k8s.static_pod_flags:
+    path: /etc/kubernetes/manifests/kube-apiserver.yaml
+    feature_gates:
+      GenericWorkload: true
+    runtime_config:
+      scheduling.k8s.io/v1beta1: "true"
+    backup_dir: /var/backups/gpusplit/manifests
+    validate_version: auto
+
+- name: Drop gates that Kubernetes 1.37 removed, before the upgrade
+  gpusplit.k8s.static_pod_flags:
+    path: /etc/kubernetes/manifests/kube-scheduler.yaml
+    feature_gates:
+      GenericWorkload: true
+    remove_feature_gates: [GangScheduling, WorkloadAwarePreemption]
+    backup_dir: /var/backups/gpusplit/manifests
+    validate_version: "1.37"
+"""
+
+RETURN = r"""
+path:
+  description: The manifest.
+  returned: always
+  type: str
+component:
+  description: The component the manifest runs (first word of the command).
+  type: str
+  returned: always
+  sample: kube-apiserver
+version:
+  description: Kubernetes version read from the image tag, if any.
+  type: str
+  returned: always
+  sample: 1.37.2
+backup_file:
+  description: Where the previous manifest was copied (not set in check mode or when nothing changed).
+  type: str
+  returned: changed and not check mode
+previous_feature_gates:
+  description: C(--feature-gates) before, as a map.
+  type: dict
+  returned: always
+feature_gates:
+  description: C(--feature-gates) after, as a map.
+  type: dict
+  returned: always
+  sample: {GenericWorkload: true}
+previous_runtime_config:
+  description: C(--runtime-config) before, as a map.
+  type: dict
+  returned: always
+runtime_config:
+  description: C(--runtime-config) after, as a map.
+  type: dict
+  returned: always
+  sample: {scheduling.k8s.io/v1beta1: "true"}
+needed_runtime_config:
+  description:
+    - With O(validate_version), the C(--runtime-config) entries the resulting gates need on kube-apiserver.
+  type: dict
+  returned: when validate_version is set
+validation_warnings:
+  description: Warnings from the catalog check (GA or alpha gates, uncatalogued names).
+  type: list
+  elements: str
+  returned: when validate_version is set
+"""
+
+import os
+import shutil
+import tempfile
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags import (
+    APISERVER,
+    FlagEditError,
+    edit_static_pod_manifest,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils.feature_gates import (
+    CatalogError,
+    runtime_config_problems,
+    validate_gates,
+)
+
+
+def _inside(child: str, parent: str) -> bool:
+    child = os.path.realpath(child)
+    parent = os.path.realpath(parent)
+    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def check_backup_dir(backup_dir: str | None, manifest: str) -> str | None:
+    """An error message when ``backup_dir`` is unusable for ``manifest``, else None."""
+    if not backup_dir:
+        return "backup_dir is required when the manifest changes"
+    manifest_dir = os.path.dirname(os.path.realpath(manifest))
+    if _inside(backup_dir, manifest_dir):
+        return (
+            f"backup_dir {backup_dir} is the manifest directory {manifest_dir} or inside it; the kubelet "
+            "runs every file there as a static pod, so a backup there would start a second "
+            f"{os.path.basename(manifest)} pod"
+        )
+    return None
+
+
+def write_atomic(module: AnsibleModule, path: str, text: str):
+    """Write ``text`` over ``path`` via a dot-file in the same directory and an atomic rename."""
+    directory = os.path.dirname(os.path.realpath(path))
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.gpusplit-", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        module.atomic_move(tmp, os.path.realpath(path))
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def run(module: AnsibleModule) -> dict:
+    p = module.params
+    path = p["path"]
+    if not os.path.isfile(path):
+        module.fail_json(msg=f"manifest {path} does not exist")
+    with open(path, encoding="utf-8", newline="") as handle:
+        before_text = handle.read()
+    try:
+        edit = edit_static_pod_manifest(
+            before_text,
+            p["feature_gates"],
+            p["runtime_config"],
+            p["remove_feature_gates"],
+            p["remove_runtime_config"],
+            container=p["container"],
+        )
+    except FlagEditError as exc:
+        module.fail_json(msg=f"{path}: {exc}")
+
+    if edit["component"] != APISERVER and edit["after"]["runtime_config"]:
+        module.fail_json(
+            msg=f"{path}: {edit['component']} has no --runtime-config flag (kube-apiserver only) and would exit "
+            "with 'unknown flag: --runtime-config'"
+        )
+
+    result = {
+        "changed": edit["changed"],
+        "path": path,
+        "component": edit["component"],
+        "version": edit["version"],
+        "previous_feature_gates": edit["before"]["feature_gates"],
+        "feature_gates": edit["after"]["feature_gates"],
+        "previous_runtime_config": edit["before"]["runtime_config"],
+        "runtime_config": edit["after"]["runtime_config"],
+    }
+
+    if p["validate_version"]:
+        version = p["validate_version"]
+        if version == "auto":
+            version = edit["version"]
+            if not version:
+                module.fail_json(
+                    msg=f"{path}: validate_version=auto but the image tag holds no version", **result
+                )
+        errors, warnings, needed = validate_gates(
+            version, edit["after"]["feature_gates"], allow_uncatalogued=p["allow_uncatalogued"]
+        )
+        if edit["component"] == APISERVER:
+            try:
+                errors += [
+                    msg for _key, msg in runtime_config_problems(version, edit["after"]["runtime_config"])
+                ]
+            except CatalogError as exc:
+                errors.append(str(exc))
+        result["needed_runtime_config"] = needed
+        result["validation_warnings"] = warnings
+        for warning in warnings:
+            module.warn(warning)
+        if errors:
+            module.fail_json(
+                msg=f"{path}: refusing a flag set that would stop {edit['component']} {version}: "
+                + "; ".join(errors),
+                errors=errors,
+                **result,
+            )
+
+    if module._diff:
+        result["diff"] = {
+            "before": before_text,
+            "after": edit["text"],
+            "before_header": path,
+            "after_header": path,
+        }
+    if not edit["changed"]:
+        return result
+
+    problem = check_backup_dir(p["backup_dir"], path)
+    if problem:
+        module.fail_json(msg=problem, **result)
+    if module.check_mode:
+        return result
+
+    os.makedirs(p["backup_dir"], mode=0o700, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    backup = os.path.join(p["backup_dir"], f"{os.path.basename(path)}.{stamp}.{os.getpid()}.bak")
+    shutil.copy2(path, backup)
+    result["backup_file"] = backup
+    write_atomic(module, path, edit["text"])
+    return result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            feature_gates=dict(type="dict", default={}),
+            runtime_config=dict(type="dict", default={}),
+            remove_feature_gates=dict(type="list", elements="str", default=[]),
+            remove_runtime_config=dict(type="list", elements="str", default=[]),
+            backup_dir=dict(type="path"),
+            validate_version=dict(type="str"),
+            allow_uncatalogued=dict(type="bool", default=False),
+            container=dict(type="str"),
+        ),
+        supports_check_mode=True,
+    )
+    module.exit_json(**run(module))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,111 @@
+"""Plan + render at fleet scale: 10,000 nodes x 8 GPUs.
+
+    make bench        # pytest tests/bench --benchmark-enable: timings, and the memory growth
+                      # (tracemalloc at 1k/5k/10k nodes, printed)
+    GPUSPLIT_BENCH_MEMORY=1 pytest tests/bench    # the memory test without the timings
+
+Without --benchmark-enable (the default addopts) each benchmark runs once as a plain test and
+the memory test (about 30 s under tracemalloc) is skipped. Measurements only: nothing here
+asserts on wall-clock time.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import tracemalloc
+
+import pytest
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils.render import render_fleet
+from ansible_collections.gpusplit.k8s.plugins.module_utils.split_plan import plan_fleet
+
+GPUS_PER_NODE = 8
+BUSES = (0x18, 0x2A, 0x3A, 0x5D, 0x9A, 0xAB, 0xBA, 0xDB)
+SPLITS = ({"count": 4}, {"host_count": 2}, {"pci_bus_ids": ["0000:18:00.0", "0000:2a:00.0"]}, {"count": 8})
+MODES = ("device_plugin", "device_plugin", "gpu_operator", "dra", "none")
+
+
+def synthetic_fleet(nodes):
+    """{host: {facts, mode, split}} for ``nodes`` HGX-like hosts; every 97th has a degraded GPU."""
+    hosts = {}
+    for n in range(nodes):
+        facts = []
+        for i in range(GPUS_PER_NODE):
+            facts.append(
+                {
+                    "uuid": f"GPU-{n:08x}-{i:04x}-4000-8000-{n * GPUS_PER_NODE + i:012x}",
+                    "index": i,
+                    "minor_number": (i * 3) % GPUS_PER_NODE,
+                    "pci_bus_id": f"00000000:{BUSES[i]:02X}:00.0",
+                    "name": "NVIDIA H100 80GB HBM3",
+                    "memory_total_mib": 81559,
+                    "mig_mode": {"current": "disabled", "pending": "disabled"},
+                    "mig_devices": [],
+                    "health": {"status": "degraded" if (n % 97 == 0 and i == 7) else "ok", "reasons": []},
+                    "processes": [],
+                }
+            )
+        facts.reverse()  # not in bus order, as facts may arrive
+        split = dict(SPLITS[n % len(SPLITS)])
+        if n % 97 == 0 and split.get("count") == 8:
+            split = {"count": 7}
+        hosts[f"gpu-node-{n:05d}.dc1.example.com"] = {
+            "facts": facts,
+            "mode": MODES[n % len(MODES)],
+            "split": split,
+        }
+    return hosts
+
+
+def plan_and_render(hosts):
+    plan = plan_fleet(hosts)
+    return plan, render_fleet(plan, {"namespace": "gpusplit-system"})
+
+
+def test_bench_plan_and_render_10k_nodes(benchmark):
+    hosts = synthetic_fleet(10_000)
+    plan, objects = benchmark.pedantic(plan_and_render, args=(hosts,), rounds=3, iterations=1)
+    assert plan["summary"]["nodes"] == 10_000
+    assert plan["summary"]["gpus"] == 10_000 * GPUS_PER_NODE
+    daemonsets = [o for o in objects if o["kind"] == "DaemonSet"]
+    # modes device_plugin/gpu_operator (3 of 5) with a non-empty Kubernetes share (every split here)
+    assert len(daemonsets) == 6_000
+    assert len({d["metadata"]["name"] for d in daemonsets}) == len(daemonsets)
+
+
+def test_bench_plan_only_10k_nodes(benchmark):
+    hosts = synthetic_fleet(10_000)
+    plan = benchmark.pedantic(plan_fleet, args=(hosts,), rounds=3, iterations=1)
+    assert plan["summary"]["nodes"] == 10_000
+
+
+def _peak_bytes(nodes):
+    hosts = synthetic_fleet(nodes)
+    gc.collect()
+    tracemalloc.start()
+    try:
+        plan, objects = plan_and_render(hosts)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert plan["summary"]["nodes"] == nodes and objects
+    return peak
+
+
+def test_memory_growth_1k_5k_10k(request, capsys):
+    if not (request.config.getoption("benchmark_enable", False) or os.environ.get("GPUSPLIT_BENCH_MEMORY")):
+        pytest.skip("memory growth runs with --benchmark-enable (make bench) or GPUSPLIT_BENCH_MEMORY=1")
+    sizes = (1_000, 5_000, 10_000)
+    peaks = {n: _peak_bytes(n) for n in sizes}
+    with capsys.disabled():
+        print()
+        for n in sizes:
+            print(f"plan+render {n:>6} nodes x {GPUS_PER_NODE} GPUs: peak {peaks[n] / 2**20:8.1f} MiB traced")
+        print(
+            f"growth 1k->5k: x{peaks[5_000] / peaks[1_000]:.2f} (nodes x5), "
+            f"5k->10k: x{peaks[10_000] / peaks[5_000]:.2f} (nodes x2), "
+            f"1k->10k: x{peaks[10_000] / peaks[1_000]:.2f} (nodes x10)"
+        )
+    # linear, not quadratic: generous bound, independent of the machine's speed
+    assert peaks[10_000] / peaks[1_000] < 20
