@@ -10,7 +10,7 @@ pod's container would see, and writes their number into the node's status as
 
 Two plugins on one node is a real failure (they share the kubelet checkpoint): the simulator
 marks the node with the annotation gpusplit.io/lab-device-plugin-conflict and advertises what
-the alphabetically last one sees.
+the plugin that started last sees (a new registration replaces the kubelet's endpoint).
 """
 
 from __future__ import annotations

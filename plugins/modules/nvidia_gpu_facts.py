@@ -1,0 +1,377 @@
+#!/usr/bin/python
+"""Ansible module gpusplit.k8s.nvidia_gpu_facts: the NVIDIA GPUs of a host, by UUID and PCI bus id."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: nvidia_gpu_facts
+short_description: Gather facts about the NVIDIA GPUs of a host (UUIDs, bus ids, MIG, ECC, health)
+version_added: "0.1.0"
+description:
+  - Enumerates the NVIDIA GPUs of the host and returns them as C(ansible_facts.nvidia_gpus), sorted by PCI
+    bus id, with their UUIDs, minor numbers, memory, MIG mode and MIG devices, ECC counters, remapped rows,
+    retired pages, NUMA node, persistence mode, compute processes and a health verdict.
+  - Reads NVML through the Python binding C(pynvml) (PyPI package C(nvidia-ml-py)) when it is importable
+    and NVML starts; otherwise runs C(nvidia-smi). The backend used is returned as
+    C(ansible_facts.nvidia_gpu_backend).
+  - Read-only. Never changes the host, so check mode returns the same facts.
+  - A host without an NVIDIA driver returns an empty list and says why in C(msg), unless O(required=true).
+author:
+  - gpusplit team
+options:
+  backend:
+    description:
+      - Where to read the GPUs from.
+      - V(auto) uses NVML when C(import pynvml) works and C(nvmlInit) succeeds, else C(nvidia-smi), and says
+        so in a warning.
+      - V(nvml) fails when the binding cannot be imported.
+      - V(nvidia-smi) fails when the C(nvidia-smi) binary cannot be found.
+    type: str
+    choices: [auto, nvml, nvidia-smi]
+    default: auto
+  required:
+    description:
+      - Fail when the host has no usable NVIDIA driver or no NVIDIA GPU.
+      - When V(false), such a host returns C(nvidia_gpus=[]) and the reason in C(msg).
+    type: bool
+    default: false
+  nvidia_smi_path:
+    description:
+      - Path of the C(nvidia-smi) binary. By default it is looked up on E(PATH) (and the usual sbin
+        directories).
+    type: path
+  proc_root:
+    description:
+      - Where the proc filesystem is mounted. Each GPU process is classified as running in a container
+        or not from C(<proc_root>/<pid>/cgroup).
+      - Change it when the module runs in a container that mounts the host's C(/proc) elsewhere.
+    type: path
+    default: /proc
+  sysfs_root:
+    description:
+      - Where sysfs is mounted. The C(nvidia-smi) backend reads each GPU's NUMA node from
+        C(<sysfs_root>/bus/pci/devices/<address>/numa_node); NVML reports it itself.
+    type: path
+    default: /sys
+notes:
+  - Supports C(check_mode) (the module never changes anything).
+  - GPU indices are not stable across reboots; use C(uuid) or C(pci_bus_id) to name a GPU.
+  - The C(nvidia-smi) backend takes the minor number and the CUDA version from C(nvidia-smi -q -x),
+    MIG device UUIDs and profiles from C(nvidia-smi -L), everything else from C(--query-gpu).
+requirements:
+  - An NVIDIA driver, and either the Python package C(nvidia-ml-py) (for NVML) or C(nvidia-smi) on the host.
+seealso:
+  - name: NVML API reference
+    description: The library behind both backends.
+    link: https://docs.nvidia.com/deploy/nvml-api/index.html
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+  facts:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Gather NVIDIA GPU facts
+  gpusplit.k8s.nvidia_gpu_facts:
+
+- name: Require GPUs and read them with nvidia-smi only
+  gpusplit.k8s.nvidia_gpu_facts:
+    backend: nvidia-smi
+    required: true
+    nvidia_smi_path: /usr/bin/nvidia-smi
+
+- name: Show the UUIDs of the healthy GPUs
+  ansible.builtin.debug:
+    msg: "{{ ansible_facts.nvidia_gpus | selectattr('health.status', 'equalto', 'ok')
+             | map(attribute='uuid') }}"
+"""
+
+RETURN = r"""
+msg:
+  description: What was found, or why no GPU is reported.
+  returned: always
+  type: str
+  sample: "8 NVIDIA GPU(s) through NVML, driver 570.172.08, CUDA 12.8: 8 ok"
+ansible_facts:
+  description: Facts added to the host.
+  returned: always
+  type: complex
+  contains:
+    nvidia_gpus:
+      description:
+        - The GPUs, sorted by PCI bus id. Every GPU has exactly the keys below. A value the GPU or the
+          backend cannot report is null.
+      returned: always
+      type: list
+      elements: dict
+      contains:
+        uuid:
+          description: GPU UUID, C(GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx). Stable across reboots.
+          type: str
+          sample: GPU-3f1b2c4d-5e6f-7a8b-9c0d-1e2f3a4b5c6d
+        index:
+          description: NVML/nvidia-smi index. Not stable across reboots.
+          type: int
+          sample: 0
+        minor_number:
+          description: The N of C(/dev/nvidiaN); the NVIDIA DRA driver names the GPU C(gpu-<minor>).
+          type: int
+          sample: 0
+        pci_bus_id:
+          description: PCI bus id with an 8-digit upper-case domain, as nvidia-smi prints it.
+          type: str
+          sample: "00000000:18:00.0"
+        name:
+          description: Product name.
+          type: str
+          sample: NVIDIA H100 80GB HBM3
+        memory_total_mib:
+          description: Total framebuffer memory in MiB.
+          type: int
+          sample: 81559
+        mig_mode:
+          description: MIG mode, C(current) and C(pending) (after the next reset), each C(enabled),
+            C(disabled) or null (no MIG support).
+          type: dict
+          sample: {current: disabled, pending: disabled}
+        mig_devices:
+          description:
+            - MIG devices of the GPU (empty unless MIG is enabled), each with C(uuid) (C(MIG-...)),
+              C(index), C(profile) (such as C(1g.10gb)), C(gpu_instance_id), C(compute_instance_id)
+              and C(memory_total_mib).
+          type: list
+          elements: dict
+        ecc:
+          description:
+            - C(mode_current) (C(enabled)/C(disabled)), C(uncorrected_volatile) (since the driver
+              loaded) and C(uncorrected_aggregate) (lifetime) uncorrected ECC error counts; null when
+              the GPU has no ECC.
+          type: dict
+          sample: {mode_current: enabled, uncorrected_volatile: 0, uncorrected_aggregate: 0}
+        remapped_rows:
+          description:
+            - Row remapping (Ampere and later) C(correctable), C(uncorrectable) (counts), C(pending),
+              C(failure) (booleans); null where unsupported (older GPUs, consumer GPUs, MIG in use).
+          type: dict
+          sample: {correctable: 0, uncorrectable: 0, pending: false, failure: false}
+        retired_pages:
+          description:
+            - Dynamic page retirement (before Ampere) C(double_bit_pending) (a retirement waits for the
+              next reset, NVML's pending status) and C(double_bit_count) (pages retired for double-bit
+              errors); null where unsupported.
+          type: dict
+          sample: {double_bit_pending: false, double_bit_count: 0}
+        numa_node:
+          description: NUMA node the GPU is attached to, or null.
+          type: int
+          sample: 0
+        persistence_mode:
+          description: Whether persistence mode is on.
+          type: bool
+          sample: true
+        processes:
+          description:
+            - Compute processes on the GPU, each with C(pid), C(used_memory_mib), C(name),
+              C(in_container) and C(container_id) (64-hex id of its container; null on the host).
+            - C(in_container) and C(container_id) are null when the process's cgroup file could not be
+              read. The whole list is null when the GPU could not be asked.
+          type: list
+          elements: dict
+        health:
+          description:
+            - C(status) is C(lost) (the GPU fell off the bus or needs a reset), C(degraded) (uncorrected
+              volatile ECC errors, row remapping failed or pending, page retirement pending) or C(ok);
+              C(reasons) lists one sentence per finding.
+          type: dict
+          sample: {status: ok, reasons: []}
+    nvidia_driver_version:
+      description: NVIDIA driver version, null without a driver.
+      returned: always
+      type: str
+      sample: 570.172.08
+    nvidia_cuda_driver_version:
+      description: Highest CUDA version the driver supports, null without a driver.
+      returned: always
+      type: str
+      sample: "12.8"
+    nvidia_gpu_backend:
+      description: C(nvml) or C(nvidia-smi); null when no backend could reach a driver.
+      returned: always
+      type: str
+      sample: nvml
+"""
+
+import importlib
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils import gpu_nvml, gpu_smi
+from ansible_collections.gpusplit.k8s.plugins.module_utils.gpu_facts import (
+    HEALTH_DEGRADED,
+    HEALTH_LOST,
+    HEALTH_OK,
+    GpuFactsError,
+    annotate_processes,
+)
+
+ARGUMENT_SPEC = {
+    "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia-smi"]},
+    "required": {"type": "bool", "default": False},
+    "nvidia_smi_path": {"type": "path"},
+    "proc_root": {"type": "path", "default": "/proc"},
+    "sysfs_root": {"type": "path", "default": "/sys"},
+}
+
+
+class HostIO:
+    """Everything the module reads from the host, in one place so that tests can replace it."""
+
+    def __init__(self, module):
+        self.module = module
+
+    def import_nvml(self):
+        return importlib.import_module("pynvml")
+
+    def which(self, name):
+        return self.module.get_bin_path(name, required=False)
+
+    def is_executable(self, path):
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+
+    def run(self, argv):
+        rc, stdout, stderr = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
+        return rc, stdout, stderr
+
+    def read_text(self, path):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                return handle.read()
+        except OSError:
+            return None
+
+
+def _empty_facts():
+    return {
+        "nvidia_gpus": [],
+        "nvidia_driver_version": None,
+        "nvidia_cuda_driver_version": None,
+        "nvidia_gpu_backend": None,
+    }
+
+
+def _summary(backend, data):
+    gpus = data["gpus"]
+    via = "NVML" if backend == "nvml" else "nvidia-smi"
+    if not gpus:
+        driver = f" {data['driver_version']}" if data["driver_version"] else ""
+        return f"The NVIDIA driver{driver} is loaded but reports no GPU (asked through {via})"
+    counts = {}
+    for gpu in gpus:
+        status = gpu["health"]["status"]
+        counts[status] = counts.get(status, 0) + 1
+    order = (HEALTH_OK, HEALTH_DEGRADED, HEALTH_LOST)
+    verdict = ", ".join(f"{counts[status]} {status}" for status in order if counts.get(status))
+    return (
+        f"{len(gpus)} NVIDIA GPU(s) through {via}, driver {data['driver_version']}, "
+        f"CUDA {data['cuda_driver_version']}: {verdict}"
+    )
+
+
+def _no_gpu(params, reason, warnings):
+    if params["required"]:
+        raise GpuFactsError(f"{reason} (required=true)")
+    return {"changed": False, "msg": reason, "ansible_facts": _empty_facts(), "warnings": warnings}
+
+
+def gather(params, io):
+    """The module's work, with the host behind io. Returns the result; raises GpuFactsError to fail."""
+    backend = params["backend"]
+    warnings = []
+    no_driver = []
+    data = None
+    used = None
+
+    if backend in ("auto", "nvml"):
+        try:
+            nvml = io.import_nvml()
+        except ImportError as exc:
+            if backend == "nvml":
+                raise GpuFactsError(
+                    "backend=nvml needs the Python module pynvml (PyPI package nvidia-ml-py) in the Python "
+                    f"that runs this module: {exc}"
+                ) from None
+            warnings.append(
+                f"the NVML binding pynvml (nvidia-ml-py) is not importable ({exc}); using nvidia-smi instead"
+            )
+        else:
+            try:
+                data = gpu_nvml.collect(nvml)
+                used = "nvml"
+            except gpu_nvml.NvmlInitError as exc:
+                if backend == "nvml" and not exc.no_driver:
+                    raise
+                if backend == "nvml":
+                    return _no_gpu(params, f"No NVIDIA driver on this host: NVML says {exc}", warnings)
+                no_driver.append(f"NVML: {exc}")
+                warnings.append(f"NVML is not usable ({exc}); using nvidia-smi instead")
+
+    if data is None:
+        smi = params.get("nvidia_smi_path")
+        if smi:
+            if not io.is_executable(smi):
+                raise GpuFactsError(f"nvidia_smi_path {smi} does not exist or is not executable")
+        else:
+            smi = io.which("nvidia-smi")
+        if not smi:
+            if backend == "nvidia-smi":
+                raise GpuFactsError(
+                    "backend=nvidia-smi but nvidia-smi was not found on PATH; install the NVIDIA driver "
+                    "utilities or set nvidia_smi_path"
+                )
+            no_driver.append("nvidia-smi: not found on PATH")
+            return _no_gpu(params, "No NVIDIA driver on this host: " + "; ".join(no_driver), warnings)
+        try:
+            data = gpu_smi.collect(io.run, smi, read_text=io.read_text, sysfs_root=params["sysfs_root"])
+            used = "nvidia-smi"
+        except gpu_smi.SmiNoDriver as exc:
+            no_driver.append(f"nvidia-smi: {exc}")
+            return _no_gpu(params, "No NVIDIA driver on this host: " + "; ".join(no_driver), warnings)
+
+    warnings.extend(data["warnings"])
+    annotate_processes(data["gpus"], io.read_text, params["proc_root"])
+    facts = {
+        "nvidia_gpus": data["gpus"],
+        "nvidia_driver_version": data["driver_version"],
+        "nvidia_cuda_driver_version": data["cuda_driver_version"],
+        "nvidia_gpu_backend": used,
+    }
+    msg = _summary(used, data)
+    if not data["gpus"]:
+        result = _no_gpu(params, msg, warnings)
+        result["ansible_facts"].update(
+            nvidia_driver_version=data["driver_version"],
+            nvidia_cuda_driver_version=data["cuda_driver_version"],
+            nvidia_gpu_backend=used,
+        )
+        return result
+    return {"changed": False, "msg": msg, "ansible_facts": facts, "warnings": warnings}
+
+
+def main():
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
+    try:
+        result = gather(module.params, HostIO(module))
+    except GpuFactsError as exc:
+        module.fail_json(msg=str(exc))
+    for warning in result.pop("warnings"):
+        module.warn(warning)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

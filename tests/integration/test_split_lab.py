@@ -1,0 +1,238 @@
+"""The per-node split end to end on the lab: site.yml, re-run, change, prune, check mode, verify.
+
+Everything cluster-side is the real kube-apiserver/scheduler/controller-manager; the nodes'
+kubelets are kwok and the device plugin is lab.deviceplugin (it advertises what the runtime
+would let the plugin container see).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = ROOT / "inventory" / "lab"
+PLUGIN_SELECTOR = "app.kubernetes.io/managed-by=gpusplit,app.kubernetes.io/name=gpusplit-device-plugin"
+WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
+
+
+def run_playbook(playbook: str, inventory: Path = INVENTORY, *extra: str, check: bool = True):
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    proc = subprocess.run(
+        ["ansible-playbook", "-i", str(inventory), str(ROOT / "playbooks" / playbook), *extra],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=600,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"{playbook} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    out = {}
+    for line in output.split("PLAY RECAP", 1)[1].splitlines():
+        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
+        if m:
+            out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return out
+
+
+def writes(kubectl, resources=("daemonsets", "nodes", "namespaces")) -> int:
+    text = kubectl("get", "--raw", "/metrics").stdout
+    total = 0
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{") or 'dry_run="All"' in line:
+            continue
+        res = re.search(r'resource="([^"]+)"', line)
+        verb = re.search(r'verb="([A-Z]+)"', line)
+        component = re.search(r'component="([^"]*)"', line)
+        if res and verb and res.group(1) in resources and verb.group(1) in WRITE_VERBS:
+            # only what gpusplit sends: the controllers' own status updates do not count
+            if 'subresource="status"' in line or (component and component.group(1) != "apiserver"):
+                continue
+            total += int(float(line.rsplit(" ", 1)[1]))
+    return total
+
+
+def plugin_daemonsets(kubectl) -> dict[str, dict]:
+    items = kubectl.json("get", "daemonsets", "-A", "-l", PLUGIN_SELECTOR)["items"]
+    return {d["metadata"]["name"]: d for d in items}
+
+
+def inventory_copy(tmp_path: Path, edit) -> Path:
+    """A copy of the lab inventory with `edit(hosts_doc)` applied."""
+    dest = tmp_path / "inventory"
+    shutil.copytree(INVENTORY, dest)
+    doc = yaml.safe_load((dest / "hosts.yml").read_text())
+    edit(doc["all"]["children"]["gpu_nodes"]["hosts"])
+    (dest / "hosts.yml").write_text(yaml.safe_dump(doc))
+    return dest
+
+
+@pytest.fixture(scope="module")
+def split(lab, kubectl):
+    """The lab fleet split as the inventory says, via the main job."""
+    proc = run_playbook("site.yml")
+    yield proc
+    run_playbook("site.yml")  # leave the lab as the inventory says
+
+
+def test_site_applies_and_verifies_every_node(split, kubectl):
+    report = json.loads((ROOT / "out" / "fleet-report.json").read_text())
+    assert report["counts"] == {"OK": 5, "DRIFT": 0, "FAIL": 0}, report
+    plan = json.loads((ROOT / "out" / "fleet-plan.json").read_text())
+    for node in report["nodes"]:
+        planned = plan["nodes"][node["host"]]
+        assert node["kubernetes_gpus"] == planned["kubernetes_uuids"]
+        live = kubectl.json("get", "node", node["name"])
+        assert live["status"]["allocatable"]["nvidia.com/gpu"] == str(len(planned["kubernetes_uuids"]) if planned["mode"] != "none" else 0)
+        assert live["metadata"]["labels"]["gpusplit.io/kubernetes-gpus"] == str(planned["kubernetes_count"])
+    dss = plugin_daemonsets(kubectl)
+    assert sorted(dss) == ["gpusplit-dp-lab-dgx-01", "gpusplit-dp-lab-h200-01", "gpusplit-dp-lab-hgx-lost-01", "gpusplit-dp-lab-ws-01"]
+    dgx = dss["gpusplit-dp-lab-dgx-01"]["spec"]["template"]["spec"]
+    env = {e["name"]: e.get("value") for e in dgx["containers"][0]["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == plan["nodes"]["lab-dgx-01"]["kubernetes_uuids"]
+    assert env["DEVICE_ID_STRATEGY"] == "uuid"
+    assert not (dgx["containers"][0].get("securityContext") or {}).get("privileged")
+    assert dgx["nodeSelector"] == {"kubernetes.io/hostname": "lab-dgx-01"}
+    # the fleet table is printed
+    assert "5 node(s): 5 OK, 0 DRIFT, 0 FAIL" in split.stdout
+
+
+def test_rerun_changes_nothing_and_writes_nothing(split, kubectl):
+    before = writes(kubectl)
+    proc = run_playbook("site.yml")
+    assert all(r["changed"] == 0 for r in recap(proc.stdout).values()), recap(proc.stdout)
+    assert writes(kubectl) == before
+
+
+def test_changing_one_nodes_split_changes_only_its_daemonset(split, kubectl, tmp_path):
+    before = {n: d["metadata"]["resourceVersion"] for n, d in plugin_daemonsets(kubectl).items()}
+
+    def edit(hosts):
+        hosts["lab-dgx-01"]["gpusplit_split"] = {"host_count": 3}
+
+    inv = inventory_copy(tmp_path, edit)
+    check = run_playbook("split.yml", inv, "--check", "--diff")
+    assert "gpusplit-dp-lab-dgx-01" in check.stdout  # the diff names it
+    assert plugin_daemonsets(kubectl)["gpusplit-dp-lab-dgx-01"]["metadata"]["resourceVersion"] == before["gpusplit-dp-lab-dgx-01"]
+
+    run_playbook("site.yml", inv)
+    after = {n: d["metadata"]["resourceVersion"] for n, d in plugin_daemonsets(kubectl).items()}
+    assert [n for n in before if before[n] != after[n]] == ["gpusplit-dp-lab-dgx-01"]
+    node = kubectl.json("get", "node", "lab-dgx-01")
+    assert node["status"]["allocatable"]["nvidia.com/gpu"] == "5"
+    assert node["metadata"]["labels"]["gpusplit.io/host-gpus"] == "3"
+
+
+def test_removed_host_has_its_daemonset_pruned(split, kubectl, tmp_path):
+    inv = inventory_copy(tmp_path, lambda hosts: hosts.pop("lab-h200-01"))
+    run_playbook("split.yml", inv)
+    assert "gpusplit-dp-lab-h200-01" not in plugin_daemonsets(kubectl)
+    assert "gpusplit-dp-lab-dgx-01" in plugin_daemonsets(kubectl)
+    kubectl.wait_for(
+        lambda: kubectl.json("get", "node", "lab-h200-01")["status"]["allocatable"]["nvidia.com/gpu"] == "0",
+        what="the pruned node to stop advertising",
+    )
+
+
+def test_bad_split_is_refused_before_anything_changes(split, kubectl, tmp_path):
+    before = {n: d["metadata"]["resourceVersion"] for n, d in plugin_daemonsets(kubectl).items()}
+
+    def edit(hosts):
+        hosts["lab-dgx-01"]["gpusplit_split"] = {"count": 9}
+        hosts["lab-ws-01"]["gpusplit_split"] = {"uuids": ["GPU-00000000-0000-0000-0000-000000000000"]}
+
+    proc = run_playbook("site.yml", inventory_copy(tmp_path, edit), check=False)
+    assert proc.returncode != 0
+    assert "lab-dgx-01" in proc.stdout and "9" in proc.stdout
+    assert "lab-ws-01" in proc.stdout and "GPU-00000000-0000-0000-0000-000000000000" in proc.stdout
+    after = {n: d["metadata"]["resourceVersion"] for n, d in plugin_daemonsets(kubectl).items()}
+    assert after == before
+
+
+def test_gpu_pod_beyond_the_share_stays_pending(split, kubectl):
+    ns = f"split-{uuid.uuid4().hex[:6]}"
+    kubectl("create", "namespace", ns)
+    try:
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "too-big", "namespace": ns},
+            "spec": {
+                "nodeSelector": {"kubernetes.io/hostname": "lab-ws-01"},
+                "containers": [{"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+            },
+        }
+        kubectl("apply", "-f", "-", stdin=json.dumps(pod))
+        msg = kubectl.wait_for(
+            lambda: next(
+                (c.get("message") for c in kubectl.json("-n", ns, "get", "pod", "too-big").get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"),
+                None,
+            ),
+            what="PodScheduled message",
+        )
+        assert "Insufficient nvidia.com/gpu" in msg
+    finally:
+        kubectl("delete", "namespace", ns, "--wait=false")
+
+
+def test_verify_catches_a_privileged_plugin_and_apply_refuses_it(split, kubectl):
+    """The GPU Operator's plugin runs privileged: it advertises every GPU (gpu-operator#1388)."""
+    ds = {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": "default"},
+        "spec": {
+            "selector": {"matchLabels": {"name": "stock-dp"}},
+            "template": {
+                "metadata": {"labels": {"name": "stock-dp"}},
+                "spec": {
+                    "nodeSelector": {"kubernetes.io/hostname": "lab-dgx-01"},
+                    "containers": [
+                        {
+                            "name": "nvidia-device-plugin-ctr",
+                            "image": "nvcr.io/nvidia/k8s-device-plugin:v0.20.0",
+                            "securityContext": {"privileged": True},
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(ds))
+    try:
+        kubectl.wait_for(
+            lambda: kubectl.json("get", "node", "lab-dgx-01")["status"]["allocatable"]["nvidia.com/gpu"] == "8",
+            what="the privileged plugin to advertise all 8",
+        )
+        proc = run_playbook("verify.yml", check=False)
+        assert proc.returncode != 0
+        report = json.loads((ROOT / "out" / "fleet-report.json").read_text())
+        dgx = next(n for n in report["nodes"] if n["name"] == "lab-dgx-01")
+        assert dgx["verdict"] == "FAIL"
+        assert any("advertises 8" in r for r in dgx["reasons"]) and any("2 device plugins" in r for r in dgx["reasons"])
+
+        refused = run_playbook("split.yml", check=False)
+        assert refused.returncode != 0
+        assert "default/nvidia-device-plugin-daemonset" in refused.stdout and "Nothing was changed" in refused.stdout
+
+        run_playbook("site.yml", INVENTORY, "-e", "gpusplit_stock_plugin_action=exclude")
+        live = kubectl.json("-n", "default", "get", "daemonset", "nvidia-device-plugin-daemonset")
+        terms = live["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert {"key": "gpusplit.io/split", "operator": "NotIn", "values": ["true"]} in terms[0]["matchExpressions"]
+        report = json.loads((ROOT / "out" / "fleet-report.json").read_text())
+        assert report["counts"]["FAIL"] == 0, report
+    finally:
+        kubectl("-n", "default", "delete", "daemonset", "nvidia-device-plugin-daemonset", "--ignore-not-found")
