@@ -127,9 +127,10 @@ class DevicePluginSimulator:
                 if key in plugins and pod.get("status", {}).get("phase") == "Running":
                     running.setdefault(pod["spec"].get("nodeName"), []).append((key, pod))
         for node in nodes:
-            self.sync_node(
-                core, node, sorted(running.get(node["metadata"]["name"], []), key=lambda kp: kp[0])
-            )
+            # the kubelet keeps the endpoint of the plugin that registered last for a resource
+            here = running.get(node["metadata"]["name"], [])
+            here.sort(key=lambda kp: (kp[1]["metadata"].get("creationTimestamp") or "", kp[0]))
+            self.sync_node(core, node, here)
 
     def sync_node(self, core: client.CoreV1Api, node: dict, plugin_pods: list[tuple]) -> None:
         name = node["metadata"]["name"]
