@@ -54,7 +54,7 @@ test: venv lab-build lint
 	$(BIN)/pytest tests
 
 bench: venv lab-build
-	$(BIN)/pytest tests/bench --benchmark-enable -m "not integration or integration"
+	GPUSPLIT_BENCH_APPLY=1 GPUSPLIT_BENCH_MEMORY=1 $(BIN)/pytest tests/bench --benchmark-enable -s
 
 clean: lab-down
 	rm -rf .lab out .collections

@@ -1,10 +1,83 @@
-"""Shared pytest setup: make the collection importable as ansible_collections.gpusplit.k8s."""
+"""Shared pytest setup.
 
+- the collection imports as ansible_collections.gpusplit.k8s (from .collections, made by `make venv`);
+- the lab fixtures (`lab`, `kubectl`, `core_api`): the lab control plane is started once per
+  session by the first test that asks for it. It is never skipped: if it cannot be built or
+  started, those tests error with the reason (and in CI, CI=true, the run fails).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTIONS = ROOT / ".collections"
 
-if str(COLLECTIONS) not in sys.path:
-    sys.path.insert(0, str(COLLECTIONS))
+for path in (COLLECTIONS, ROOT):
+    if str(path) not in sys.path:
+        sys.path.insert(0, str(path))
+
+from lab import components as C  # noqa: E402
+from lab import lab as labctl  # noqa: E402
+
+
+class Kubectl:
+    def __init__(self, kubeconfig: Path):
+        self.env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
+
+    def __call__(
+        self, *args: str, check: bool = True, stdin: str | None = None
+    ) -> subprocess.CompletedProcess:
+        proc = subprocess.run(
+            ["kubectl", *args], input=stdin, capture_output=True, text=True, env=self.env, timeout=120
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+    def json(self, *args: str) -> dict:
+        return json.loads(self(*args, "-o", "json").stdout)
+
+    def wait_for(self, predicate, timeout: float = 60, interval: float = 0.5, what: str = "condition"):
+        deadline = time.time() + timeout
+        last = None
+        while time.time() < deadline:
+            last = predicate()
+            if last:
+                return last
+            time.sleep(interval)
+        raise AssertionError(f"timed out after {timeout}s waiting for {what}; last value: {last!r}")
+
+
+@pytest.fixture(scope="session")
+def lab():
+    """The running lab. Started here if it was not running, and stopped at the end if so."""
+    was_running = labctl.supervisor_pid() is not None
+    missing = labctl.missing_binaries()
+    if missing:
+        pytest.fail(f"lab binaries missing ({', '.join(missing)}): run `make lab-build`", pytrace=False)
+    rc = labctl.up(timeout=240)
+    if rc != 0:
+        pytest.fail("the lab control plane did not become healthy (see the log tails above)", pytrace=False)
+    yield C
+    if not was_running and os.environ.get("GPUSPLIT_KEEP_LAB") != "1":
+        labctl.down()
+
+
+@pytest.fixture(scope="session")
+def kubectl(lab) -> Kubectl:
+    return Kubectl(C.KUBECONFIG)
+
+
+@pytest.fixture(scope="session")
+def core_api(lab):
+    from kubernetes import client, config
+
+    return client.CoreV1Api(config.new_client_from_config(str(C.KUBECONFIG)))

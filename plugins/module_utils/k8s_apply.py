@@ -185,9 +185,13 @@ class Cluster:
         api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
         self.client = DynamicClient(api_client)
         self.writes = 0
+        self._resources = {}
 
     def resource(self, api_version, kind):
-        return self.client.resources.get(api_version=api_version, kind=kind)
+        key = (api_version, kind)
+        if key not in self._resources:
+            self._resources[key] = self.client.resources.get(api_version=api_version, kind=kind)
+        return self._resources[key]
 
     def list_index(self, api_version, kind, label_selector=None, namespace=None):
         res = self.resource(api_version, kind)
