@@ -113,11 +113,30 @@ def release_stale_leases(core: client.CoreV1Api, kwok_id: str | None) -> list[st
     return released
 
 
+TOOLKIT_CONFIG = ROOT / "tests" / "fixtures" / "nvidia-container-toolkit" / "config.toml"
+HOSTS_ROOT = ROOT / ".lab" / "hosts"
+
+
+def seed_host_root(host: str) -> Path:
+    """The scratch root of a lab host, with the toolkit's stock config.toml the first time.
+
+    The host side of the split (toolkit hardening, drop-ins, host-gpus.env) writes under it
+    instead of /, so the demo exercises the real file edits.
+    """
+    root = HOSTS_ROOT / host
+    config = root / "etc" / "nvidia-container-runtime" / "config.toml"
+    if not config.exists():
+        config.parent.mkdir(parents=True, exist_ok=True)
+        config.write_text(TOOLKIT_CONFIG.read_text())
+    return root
+
+
 def ensure_nodes(inventory: Path = INVENTORY) -> list[str]:
     core = api()
     release_stale_leases(core, current_kwok_id(LOGS / "kwok.log"))
     names = []
     for host, hvars in sorted(lab_hosts(inventory).items()):
         ensure_node(core, host, hvars["gpusplit_lab_fixture"])
+        seed_host_root(host)
         names.append(host)
     return names

@@ -84,6 +84,11 @@ def gpusplit_daemonset_name(node):
     return render.daemonset_name(node)
 
 
+def gpusplit_resolve_plugin_settings(settings=None):
+    """The split plugin's settings with every default filled in (render.py holds the defaults)."""
+    return render.resolve_settings(settings)
+
+
 class FilterModule:
     def filters(self):
         funcs = (
@@ -98,5 +103,6 @@ class FilterModule:
             gpusplit_node_patches,
             gpusplit_stock_exclusion,
             gpusplit_daemonset_name,
+            gpusplit_resolve_plugin_settings,
         )
         return {f.__name__: _wrap(f) for f in funcs}

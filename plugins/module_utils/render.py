@@ -69,7 +69,7 @@ DEFAULT_SETTINGS = {
     "image": DEVICE_PLUGIN_IMAGE,
     "image_pull_policy": "IfNotPresent",
     "image_pull_secrets": [],
-    "hardening": "envvar",
+    "hardening": "volume-mounts",  # matches the toolkit hardening the gpu_host role applies by default
     "runtime_class_name": None,  # None: "nvidia" for cdi/cdi-cri, none otherwise; "" : never
     "priority_class_name": "system-node-critical",
     "pass_device_specs": False,

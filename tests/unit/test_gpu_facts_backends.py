@@ -722,11 +722,22 @@ def test_gpu_module_fails_with_message(monkeypatch, capsys):
     assert result["msg"].startswith("No NVIDIA driver on this host: NVML: nvmlInit failed: Driver Not Loaded")
 
 
-def test_gpu_module_warnings_reach_the_result(monkeypatch, capsys):
-    monkeypatch.setenv(ENV, str(FIXTURES / "nodriver.json"))
-    monkeypatch.setenv("PATH", "/nonexistent")
-    code, result = run_main({}, monkeypatch, capsys, fake_nvml=load_fake_nvml())
-    assert code == 0 and result["ansible_facts"]["nvidia_gpus"] == []
+def test_gpu_module_warnings_reach_the_result(tmp_path):
+    # Run as Ansible runs a module: its own process (in-process, once controller code such as a
+    # filter plugin has been imported, ansible-core routes warnings elsewhere).
+    args = tmp_path / "args.json"
+    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {}}))
+    env = {
+        **os.environ,
+        ENV: str(FIXTURES / "nodriver.json"),
+        "PATH": "/nonexistent",
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "fakes"), str(ROOT / ".collections")]),
+    }
+    proc = subprocess.run(
+        [sys.executable, module.__file__, str(args)], capture_output=True, text=True, env=env, timeout=60
+    )
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 0 and result["ansible_facts"]["nvidia_gpus"] == []
     # ansible-core 2.19 ships warnings to the controller as structured events; the text is inside.
     assert "using nvidia-smi instead" in json.dumps(result["warnings"])
 

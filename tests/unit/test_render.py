@@ -139,13 +139,14 @@ def test_daemonset_core_fields():
     assert env["DEVICE_ID_STRATEGY"] == "uuid"
     assert env["FAIL_ON_INIT_ERROR"] == "true"
     assert env["NVIDIA_DRIVER_CAPABILITIES"] == "compute,utility"
-    assert env["DEVICE_LIST_STRATEGY"] == "envvar"
+    # default: the toolkit is hardened (gpu_host role), so the plugin reads its list as volume mounts
+    assert env["DEVICE_LIST_STRATEGY"] == "volume-mounts"
     assert env["PASS_DEVICE_SPECS"] == "false"
     assert "NVIDIA_MIG_MONITOR_DEVICES" not in env
 
 
 def test_daemonset_matches_the_upstream_static_daemonset(static_ds):
-    ds = render.render_split_daemonset(node_plan())
+    ds = render.render_split_daemonset(node_plan(), {"hardening": "envvar"})
     validate(static_ds)  # the reference itself is valid for 1.37
     ref_pod = static_ds["spec"]["template"]["spec"]
     pod = ds["spec"]["template"]["spec"]

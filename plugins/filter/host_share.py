@@ -1,0 +1,34 @@
+"""Filters exposing the host-share renderer (plugins/module_utils/host_share.py) to the role gpu_host.
+
+    {{ gpusplit_node_plan | gpusplit.k8s.gpusplit_host_share(gpusplit_host_services, gpusplit_host_root) }}
+    {{ found_dropin_paths | gpusplit.k8s.gpusplit_stale_dropins(share) }}
+
+Every refusal becomes one AnsibleFilterError listing all messages.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils import host_share
+
+
+def gpusplit_host_share(plan, services=None, root="/"):
+    """The host share of one node plan: UUID lists, env file and drop-in texts, paths under ``root``."""
+    try:
+        return host_share.host_share(plan, services, root)
+    except host_share.HostShareError as exc:
+        raise AnsibleFilterError("gpusplit host share refused:\n- " + "\n- ".join(exc.errors)) from None
+
+
+def gpusplit_stale_dropins(found_paths, share):
+    """The managed drop-ins found on the host whose unit is no longer in gpusplit_host_services."""
+    return host_share.stale_dropins(list(found_paths or []), share)
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "gpusplit_host_share": gpusplit_host_share,
+            "gpusplit_stale_dropins": gpusplit_stale_dropins,
+        }
