@@ -1,13 +1,14 @@
 """Filters that gather fleet-wide inputs from inventory and turn live data into the verify report.
 
-    {{ hostvars | gpusplit.k8s.gpusplit_fleet_input(ansible_play_hosts) }}
-    {{ plan | gpusplit.k8s.gpusplit_verify(nodes, pods, hostvars | gpusplit.k8s.gpusplit_fleet_facts(hosts)) }}
-    {{ report | gpusplit.k8s.gpusplit_report_table }}
+{{ hostvars | gpusplit.k8s.gpusplit_fleet_input(ansible_play_hosts) }}
+{{ plan | gpusplit.k8s.gpusplit_verify(nodes, pods, hostvars | gpusplit.k8s.gpusplit_fleet_facts(hosts)) }}
+{{ report | gpusplit.k8s.gpusplit_report_table }}
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
+
 from ansible_collections.gpusplit.k8s.plugins.module_utils import verify
 
 # inventory variable -> planner key; the defaults are those of the roles' argument specs
