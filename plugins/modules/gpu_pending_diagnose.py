@@ -1,0 +1,172 @@
+#!/usr/bin/python
+# Copyright: gpusplit contributors
+# Apache-2.0
+
+DOCUMENTATION = r"""
+module: gpu_pending_diagnose
+short_description: Explain why GPU pods are Pending, one line per pod
+version_added: "0.1.0"
+description:
+  - Reads, once each, all pods, all nodes, the C(FailedScheduling) events, the PodGroups
+    (C(scheduling.k8s.io/v1beta1), when served and when a Pending pod names one) and the DRA
+    objects (C(resource.k8s.io/v1) ResourceSlices, DeviceTaintRules, DeviceClasses,
+    ResourceClaims and ResourceClaimTemplates, when served and when a Pending pod has
+    C(spec.resourceClaims)).
+  - Classifies every unscheduled Pending pod that wants a GPU (an C(nvidia.com/gpu*) or
+    C(nvidia.com/mig-*) extended resource, or DRA resource claims) as C(untolerated_taint),
+    C(insufficient_gpu), C(gang_quorum), C(dra_device_taint), C(dra_no_device),
+    C(node_selector_mismatch), C(scheduling_gated) or C(unknown), with the reason and the next
+    place to look.
+  - The taints, the per-node GPU numbers and the DRA devices are computed from the objects,
+    because the scheduler's message counts nodes but names neither the taint nor the device.
+  - Read-only. Run it on the controller.
+options:
+  namespaces:
+    description: Only diagnose Pending pods in these namespaces (every pod still counts for node usage).
+    type: list
+    elements: str
+    default: []
+  resource_prefixes:
+    description: Extended resources whose name starts with one of these count as GPUs.
+    type: list
+    elements: str
+    default: [nvidia.com/gpu, nvidia.com/mig-]
+  kubeconfig:
+    description: Path to the kubeconfig.
+    type: path
+  context:
+    description: The kubeconfig context.
+    type: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+requirements:
+  - kubernetes (Python client)
+author:
+  - gpusplit team
+"""
+
+EXAMPLES = r"""
+- name: Explain the Pending GPU pods
+  gpusplit.k8s.gpu_pending_diagnose:
+    kubeconfig: "{{ gpusplit_kubeconfig }}"
+  register: pending
+  delegate_to: localhost
+  run_once: true
+
+- name: Show them
+  ansible.builtin.debug:
+    msg: "{{ pending.table.split('\n') }}"
+"""
+
+RETURN = r"""
+report:
+  description:
+    - C(pods) (one entry per Pending GPU pod with namespace, name, class, summary, next, message,
+      events, wants, candidates, nodes and per class details), C(counts) per class, and C(apis)
+      (whether PodGroups and DRA are served).
+  returned: always
+  type: dict
+table:
+  description: One line per pod (pod, class, reason, next place to look) and a count line.
+  returned: always
+  type: str
+"""
+
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+try:
+    from kubernetes import client, config
+    from kubernetes.client.rest import ApiException
+
+    HAS_K8S = True
+    K8S_IMPORT_ERROR = None
+except ImportError:
+    HAS_K8S = False
+    K8S_IMPORT_ERROR = traceback.format_exc()
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils import diagnose
+
+PODGROUPS = ("scheduling.k8s.io", "v1beta1", "podgroups")
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSION = "v1"
+DRA_KINDS = {
+    "slices": "resourceslices",
+    "rules": "devicetaintrules",
+    "classes": "deviceclasses",
+    "claims": "resourceclaims",
+    "templates": "resourceclaimtemplates",
+}
+
+
+def _list_custom(custom, group, version, plural):
+    """The items, or None when the API (group/version/resource) is not served."""
+    try:
+        return custom.list_cluster_custom_object(group, version, plural).get("items") or []
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def read_cluster(api, prefixes):
+    core = client.CoreV1Api(api)
+    custom = client.CustomObjectsApi(api)
+    pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
+    nodes = api.sanitize_for_serialization(core.list_node().items)
+    pending = [p for p in pods if diagnose.is_unscheduled_pending(p) and diagnose.wants_gpu(p, prefixes)]
+    events = []
+    if pending:
+        events = api.sanitize_for_serialization(
+            core.list_event_for_all_namespaces(field_selector="reason=FailedScheduling").items
+        )
+    podgroups = None
+    if any((p.get("spec") or {}).get("schedulingGroup") for p in pending):
+        podgroups = _list_custom(custom, *PODGROUPS)
+    resource = None
+    if any((p.get("spec") or {}).get("resourceClaims") for p in pending):
+        resource = {}
+        for key, plural in DRA_KINDS.items():
+            items = _list_custom(custom, DRA_GROUP, DRA_VERSION, plural)
+            if items is None and key in ("slices", "claims"):
+                resource = None
+                break
+            resource[key] = items or []
+    return pods, nodes, events, podgroups, resource
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "namespaces": {"type": "list", "elements": "str", "default": []},
+            "resource_prefixes": {
+                "type": "list",
+                "elements": "str",
+                "default": list(diagnose.GPU_RESOURCE_PREFIXES),
+            },
+            "kubeconfig": {"type": "path"},
+            "context": {"type": "str"},
+        },
+        supports_check_mode=True,
+    )
+    if not HAS_K8S:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
+    p = module.params
+    prefixes = tuple(p["resource_prefixes"])
+    try:
+        api = config.new_client_from_config(config_file=p["kubeconfig"], context=p["context"])
+        pods, nodes, events, podgroups, resource = read_cluster(api, prefixes)
+    except Exception as exc:
+        module.fail_json(msg=f"reading the cluster failed: {getattr(exc, 'body', None) or exc}")
+    report = diagnose.diagnose(
+        pods, nodes, events, podgroups, resource, namespaces=p["namespaces"], prefixes=prefixes
+    )
+    module.exit_json(changed=False, report=report, table=diagnose.report_table(report))
+
+
+if __name__ == "__main__":
+    main()
