@@ -1,0 +1,383 @@
+"""playbooks/feature_gates.yml against the lab's real v1.37.2 control plane.
+
+What is proven, on the real kube-apiserver, kube-controller-manager and kube-scheduler (run by the lab
+supervisor from .lab/manifests exactly as a kubelet runs static pods):
+
+* refusals happen before anything is touched: the manifests' bytes stay the same and no component
+  restarts (GangScheduling on 1.37, a locked gate, a broken dependency, an unhealthy control plane);
+* the rollout enables GenericWorkload: before, scheduling.k8s.io/v1beta1 is not served and every
+  component reports kubernetes_feature_enabled{name="GenericWorkload"} 0; after, it is served and all
+  three report 1, each component restarted exactly once, in the order kube-apiserver,
+  kube-controller-manager, kube-scheduler; the kubeadm-config ConfigMap (created from real kubeadm
+  output) carries the same flags; a re-run changes nothing and restarts nothing;
+* a gate the binary does not know takes the real kube-apiserver down; the rollout puts the previous
+  manifest back, the lab is healthy again, and the play fails with kube-apiserver's own words.
+
+The lab's manifests are put back as they were found at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils import control_plane_flags as cpf
+from ansible_collections.gpusplit.k8s.plugins.module_utils import cp_health
+from lab import components as C
+from lab import lab as labctl
+
+ROOT = Path(__file__).resolve().parents[2]
+BIN = Path(sys.executable).parent
+PLAYBOOK = "playbooks/feature_gates.yml"
+GATE = "GenericWorkload"
+API = "scheduling.k8s.io/v1beta1"
+COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
+KUBEADM_CM = ROOT / "tests" / "fixtures" / "kubeadm" / "v1beta4" / "kubeadm-config.configmap.yaml"
+TIMINGS = ROOT / "out" / "feature-gates-rollout-timings.json"
+
+
+# --------------------------------------------------------------------------------------------
+# helpers
+
+
+def run_playbook(
+    extra_vars: dict, *args: str, timeout: float = 600, path_prefix: str = ""
+) -> tuple[int, str, float]:
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "PATH": f"{path_prefix}{BIN}:{C.BIN}:{os.environ.get('PATH', '')}",
+    }
+    argv = [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        "inventory/lab",
+        PLAYBOOK,
+        "-e",
+        json.dumps(extra_vars),
+        *args,
+    ]
+    started = time.monotonic()
+    done = subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    return done.returncode, done.stdout + done.stderr, time.monotonic() - started
+
+
+def recap(output: str, host: str = "lab-cp-01") -> dict[str, int]:
+    m = re.search(rf"^{re.escape(host)}\s+:\s+(.*)$", output, re.M)
+    assert m, output[-3000:]
+    return {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(1))}
+
+
+def task_status(output: str, task: str) -> str | None:
+    """ok / changed / skipping / fatal: the first result line after the task's header."""
+    m = re.search(rf"^TASK \[[^\]]*: {re.escape(task)}\] \**\n(\w+)", output, re.M)
+    return m.group(1).rstrip(":") if m else None
+
+
+def manifest_bytes() -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(C.MANIFESTS.glob("*.yaml"))}
+
+
+def generations() -> dict[str, int]:
+    state = labctl.read_state()
+    return {c: state[c]["generation"] for c in COMPONENTS}
+
+
+def gate_values() -> dict[str, dict]:
+    """Per component: GenericWorkload from its own /metrics and its process start time."""
+    out = {}
+    with cp_health.Credentials(cp_health.load_kubeconfig(str(C.KUBECONFIG))) as creds:
+        for component, endpoint in cp_health.resolve_endpoints(COMPONENTS).items():
+            probe = cp_health.probe_component(component, endpoint, creds)
+            metrics = probe["metrics"]
+            assert metrics["ok"], (component, probe)
+            out[component] = {
+                "gate": metrics["feature_gates"].get(GATE),
+                "started": metrics["process_start_time"],
+            }
+    return out
+
+
+def served(kubectl) -> set[str]:
+    return set(kubectl("api-versions").stdout.split())
+
+
+def wait_lab_healthy(timeout: float = 180) -> None:
+    health = labctl.wait_healthy(timeout)
+    assert health and all(v["healthy"] for v in health.values()), labctl.report_unhealthy(
+        health or labctl.health()
+    )
+
+
+def cluster_configuration(kubectl) -> dict:
+    cm = kubectl.json("-n", "kube-system", "get", "configmap", "kubeadm-config")
+    return yaml.safe_load(cm["data"]["ClusterConfiguration"])
+
+
+def extra_args(config: dict, section: str) -> dict[str, str]:
+    return {a["name"]: a["value"] for a in (config.get(section) or {}).get("extraArgs") or []}
+
+
+# --------------------------------------------------------------------------------------------
+# fixtures
+
+
+@pytest.fixture(scope="module")
+def control_plane(lab, kubectl):
+    """The lab's control plane in its default state (GenericWorkload off), restored afterwards."""
+    found = manifest_bytes()
+    C.write_manifests(force=True)
+    wait_lab_healthy()
+    kubectl("-n", "kube-system", "delete", "configmap", "kubeadm-config", "--ignore-not-found")
+    kubectl("apply", "-f", str(KUBEADM_CM))
+    timings: dict = {}
+    yield timings
+    kubectl("-n", "kube-system", "delete", "configmap", "kubeadm-config", "--ignore-not-found", check=False)
+    if manifest_bytes() != found:
+        for name, data in found.items():
+            (C.MANIFESTS / name).write_bytes(data)
+        time.sleep(2)
+    wait_lab_healthy()
+    if timings:
+        TIMINGS.parent.mkdir(exist_ok=True)
+        TIMINGS.write_text(json.dumps(timings, indent=1) + "\n")
+
+
+# --------------------------------------------------------------------------------------------
+# refusals: nothing is touched
+
+
+def test_check_mode_reports_the_change_and_writes_nothing(control_plane):
+    before, gens = manifest_bytes(), generations()
+    rc, out, _ = run_playbook({"gpusplit_feature_gates": {GATE: True}}, "--check", "--diff")
+    assert rc == 0, out[-4000:]
+    assert "+    - --feature-gates=GenericWorkload=true" in out
+    assert "+    - --runtime-config=scheduling.k8s.io/v1beta1=true" in out
+    # three manifests, and the ClusterConfiguration (a server-side dry run)
+    assert recap(out)["changed"] == 5
+    assert "Store the ClusterConfiguration" in out
+    assert manifest_bytes() == before and generations() == gens
+
+
+@pytest.mark.parametrize(
+    ("gates", "said"),
+    [
+        (
+            {GATE: True, "GangScheduling": True},
+            "unrecognized feature gate: GangScheduling (Kubernetes 1.37: removed in 1.37, merged into GenericWorkload)",
+        ),
+        (
+            {"DynamicResourceAllocation": False},
+            "cannot set feature gate DynamicResourceAllocation to false, feature is locked to true",
+        ),
+        (
+            {"DRADeviceTaints": False},
+            "DRADeviceTaintRules is enabled, but depends on features that are disabled: [DRADeviceTaints]",
+        ),
+        (
+            {"NoSuchGateForGpusplit": True},
+            "NoSuchGateForGpusplit is not in the gpusplit feature-gate catalog",
+        ),
+    ],
+    ids=["removed-GangScheduling", "locked", "dependency", "uncatalogued"],
+)
+def test_refused_before_touching_anything(control_plane, kubectl, gates, said):
+    before, gens = manifest_bytes(), generations()
+    config_before = kubectl.json("-n", "kube-system", "get", "configmap", "kubeadm-config")["metadata"][
+        "resourceVersion"
+    ]
+    rc, out, _ = run_playbook({"gpusplit_feature_gates": gates})
+    assert rc != 0
+    assert said in " ".join(out.split()), out[-4000:]
+    assert "Check the requested gates for this version, on the controller" in out
+    assert "Merge the gates into the static-pod manifest" not in out  # the rollout play never started
+    assert manifest_bytes() == before and generations() == gens
+    after = kubectl.json("-n", "kube-system", "get", "configmap", "kubeadm-config")["metadata"][
+        "resourceVersion"
+    ]
+    assert after == config_before
+
+
+def test_unhealthy_control_plane_stops_before_any_change(control_plane):
+    before, gens = manifest_bytes(), generations()
+    endpoints = {
+        "kube-apiserver": {
+            "health_url": "https://127.0.0.1:6443/readyz",
+            "metrics_url": "https://127.0.0.1:6443/metrics",
+            "validate_certs": True,
+            "tls_server_name": "kubernetes",
+        },
+        "kube-controller-manager": {
+            "health_url": "https://127.0.0.1:10257/healthz",
+            "metrics_url": "https://127.0.0.1:10257/metrics",
+            "validate_certs": False,
+        },
+        # a scheduler that does not answer
+        "kube-scheduler": {
+            "health_url": "https://127.0.0.1:1/healthz",
+            "metrics_url": "https://127.0.0.1:1/metrics",
+            "validate_certs": False,
+        },
+    }
+    rc, out, _ = run_playbook(
+        {
+            "gpusplit_feature_gates": {GATE: True},
+            "gpusplit_cp_endpoints": endpoints,
+            "gpusplit_cp_precheck_timeout": 3,
+        }
+    )
+    assert rc != 0
+    text = " ".join(out.split())
+    assert "the control plane is not healthy before the change, so nothing was changed" in text, out[-3000:]
+    assert "kube-scheduler: https://127.0.0.1:1/healthz: ConnectionRefusedError" in text
+    assert manifest_bytes() == before and generations() == gens
+
+
+def test_k3s_path_renders_the_drop_in_and_checks_the_components(control_plane, tmp_path):
+    """The k3s branch up to the service restart (there is no k3s here): with the drop-in already as
+    the role renders it, nothing is written or restarted, and the components are checked the same way."""
+    rancher = tmp_path / "rancher-k3s"
+    (rancher / "config.yaml.d").mkdir(parents=True)
+    (rancher / "config.yaml").write_text("write-kubeconfig-mode: '0600'\n")
+    dropin = rancher / "config.yaml.d" / "50-gpusplit-feature-gates.yaml"
+    dropin.touch(mode=0o600)
+    dropin.write_text(
+        cpf.render_rancher_dropin(
+            {GATE: False},
+            {},
+            header="Written by gpusplit (role gpusplit.k8s.control_plane_gates): feature gates for the control plane.",
+        )
+    )
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "k3s").write_text(
+        "#!/bin/sh\necho 'k3s version v1.37.2+k3s1 (0123abcd)'\necho 'go version go1.26.1'\n"
+    )
+    (fake_bin / "k3s").chmod(0o755)
+    before, gens, dropin_before = manifest_bytes(), generations(), dropin.read_bytes()
+    rc, out, _ = run_playbook(
+        {
+            "gpusplit_feature_gates": {GATE: False},
+            "gpusplit_cp_flavour": "k3s",
+            "gpusplit_cp_rancher_dirs": {"k3s": str(rancher), "rke2": str(tmp_path / "rke2")},
+        },
+        path_prefix=f"{fake_bin}:",
+    )
+    assert rc == 0, out[-5000:]
+    assert recap(out)["changed"] == 0
+    assert "Wait until every component runs with the gates" in out
+    assert task_status(out, "Write the drop-in") == "ok"
+    assert task_status(out, "Restart the service") == "skipping"
+    assert task_status(out, "Wait until every component runs with the gates") == "ok"
+    assert dropin.read_bytes() == dropin_before
+    assert manifest_bytes() == before and generations() == gens
+
+
+# --------------------------------------------------------------------------------------------
+# the rollout
+
+
+def test_rollout_enables_generic_workload_on_all_three(control_plane, kubectl):
+    assert API not in served(kubectl)
+    before = gate_values()
+    assert {c: v["gate"] for c, v in before.items()} == dict.fromkeys(COMPONENTS, 0.0)
+    gens = generations()
+
+    rc, out, seconds = run_playbook({"gpusplit_feature_gates": {GATE: True}})
+    assert rc == 0, out[-6000:]
+    assert recap(out)["failed"] == 0
+
+    assert API in served(kubectl)
+    after = gate_values()
+    assert {c: v["gate"] for c, v in after.items()} == dict.fromkeys(COMPONENTS, 1.0)
+    # each component restarted exactly once, the API first, then the controller-manager, then the scheduler
+    assert generations() == {c: n + 1 for c, n in gens.items()}
+    starts = [after[c]["started"] for c in COMPONENTS]
+    assert all(after[c]["started"] > before[c]["started"] for c in COMPONENTS)
+    assert starts == sorted(starts), starts
+
+    # the manifests say so, and so does kubeadm's ClusterConfiguration
+    apiserver = yaml.safe_load((C.MANIFESTS / "kube-apiserver.yaml").read_text())["spec"]["containers"][0][
+        "command"
+    ]
+    assert apiserver[-2:] == [
+        "--feature-gates=GenericWorkload=true",
+        "--runtime-config=scheduling.k8s.io/v1beta1=true",
+    ]
+    config = cluster_configuration(kubectl)
+    assert extra_args(config, "apiServer") == {
+        "audit-log-maxage": "7",  # kept from the fixture
+        "feature-gates": "GenericWorkload=true",
+        "runtime-config": "scheduling.k8s.io/v1beta1=true",
+    }
+    for section in ("controllerManager", "scheduler"):
+        assert extra_args(config, section) == {"feature-gates": "GenericWorkload=true"}
+
+    control_plane["rollout_seconds"] = round(seconds, 1)
+    control_plane["restart_gaps_seconds"] = {
+        "kube-apiserver->kube-controller-manager": round(starts[1] - starts[0], 1),
+        "kube-controller-manager->kube-scheduler": round(starts[2] - starts[1], 1),
+    }
+
+    # a re-run changes nothing and restarts nothing
+    config_rv = kubectl.json("-n", "kube-system", "get", "configmap", "kubeadm-config")["metadata"][
+        "resourceVersion"
+    ]
+    manifests = manifest_bytes()
+    rc, out, seconds = run_playbook({"gpusplit_feature_gates": {GATE: True}})
+    assert rc == 0, out[-4000:]
+    assert recap(out)["changed"] == 0
+    assert manifest_bytes() == manifests
+    assert generations() == {c: n + 1 for c, n in gens.items()}
+    assert (
+        kubectl.json("-n", "kube-system", "get", "configmap", "kubeadm-config")["metadata"]["resourceVersion"]
+        == config_rv
+    )
+    control_plane["rerun_seconds"] = round(seconds, 1)
+    print(f"\nrollout on the lab: {control_plane}")
+
+
+def test_unknown_gate_is_rolled_back_with_the_components_own_error(control_plane, kubectl):
+    # GenericWorkload is on from the test above; the catalog is bypassed so that the real
+    # kube-apiserver gets a gate it does not know
+    before, gens = manifest_bytes(), generations()
+    assert API in served(kubectl)
+    rc, out, seconds = run_playbook(
+        {
+            "gpusplit_feature_gates": {GATE: True, "NoSuchGateForGpusplit": True},
+            "gpusplit_cp_skip_preflight": True,
+            "gpusplit_cp_health_timeout": 40,
+        }
+    )
+    assert rc != 0
+    text = " ".join(out.split())
+    # kube-apiserver's own words, from its log
+    assert 'err="unrecognized feature gate: NoSuchGateForGpusplit"' in out, out[-5000:]
+    assert "kube-apiserver on lab-cp-01 did not come back healthy with the new flags" in text
+    assert "The previous manifest was put back from" in text and "kube-apiserver is healthy again" in text
+    assert "The rollout stops here" in text
+    assert recap(out)["rescued"] == 1
+
+    # the previous manifest is back, byte for byte, and everything is healthy and as before
+    assert manifest_bytes() == before
+    wait_lab_healthy()
+    assert API in served(kubectl)
+    assert {c: v["gate"] for c, v in gate_values().items()} == dict.fromkeys(COMPONENTS, 1.0)
+    now = generations()
+    assert now["kube-apiserver"] >= gens["kube-apiserver"] + 2  # the broken start, then the restored one
+    assert {c: now[c] for c in COMPONENTS[1:]} == {c: gens[c] for c in COMPONENTS[1:]}  # never touched
+    backups = sorted((C.LAB / "backups").glob("kube-apiserver.yaml.*.bak"))
+    assert backups and backups[-1].read_bytes() == before["kube-apiserver.yaml"]
+    control_plane["failed_rollout_with_rollback_seconds"] = round(seconds, 1)
