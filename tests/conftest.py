@@ -81,3 +81,38 @@ def core_api(lab):
     from kubernetes import client, config
 
     return client.CoreV1Api(config.new_client_from_config(str(C.KUBECONFIG)))
+
+
+@pytest.fixture(scope="session")
+def generic_workload(lab, kubectl):
+    """GenericWorkload on in the lab (through the control_plane_gates role), for gang tests.
+
+    Enabled only when scheduling.k8s.io/v1beta1 is not already served; the lab's manifests are
+    put back as they were at the end of the session.
+    """
+    if "scheduling.k8s.io/v1beta1" in kubectl("api-versions").stdout.split():
+        yield
+        return
+    found = {p.name: p.read_bytes() for p in C.MANIFESTS.glob("*.yaml")}
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    done = subprocess.run(
+        [
+            "ansible-playbook",
+            "-i",
+            "inventory/lab",
+            "playbooks/feature_gates.yml",
+            "-e",
+            json.dumps({"gpusplit_feature_gates": {"GenericWorkload": True}}),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    assert "scheduling.k8s.io/v1beta1" in kubectl("api-versions").stdout.split()
+    yield
+    for name, data in found.items():
+        (C.MANIFESTS / name).write_bytes(data)
+    labctl.wait_healthy(180)

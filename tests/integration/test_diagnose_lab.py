@@ -316,7 +316,7 @@ def _podgroup(ns, name, min_count):
 
 def _need_podgroups(kubectl):
     if not served(kubectl, "scheduling.k8s.io/v1beta1"):
-        pytest.skip(
+        pytest.fail(
             "gang quorum not produced: the lab does not serve scheduling.k8s.io/v1beta1 (PodGroup) right now; "
             "it needs the GenericWorkload feature gate on kube-apiserver, kube-scheduler and "
             "kube-controller-manager and --runtime-config=scheduling.k8s.io/v1beta1=true"
@@ -327,13 +327,13 @@ def _need_gang_aware_scheduler(pod):
     """The feature-gate tests roll GenericWorkload one component at a time: the API may serve
     PodGroups while kube-scheduler still runs without the gate and places members one by one."""
     if pod["spec"].get("nodeName"):
-        pytest.skip(
+        pytest.fail(
             f"kube-scheduler is not gang-aware right now (GenericWorkload off on the scheduler while the "
             f"API serves PodGroups): {pod['metadata']['name']} was bound on its own"
         )
 
 
-def test_gang_quorum_not_present(scene, kubectl, lab):
+def test_gang_quorum_not_present(generic_workload, scene, kubectl, lab):
     _need_podgroups(kubectl)
     ns, run = scene["ns"], scene["run"]
     apply(kubectl, _podgroup(ns, "trio", 3))
@@ -343,7 +343,7 @@ def test_gang_quorum_not_present(scene, kubectl, lab):
             pod_obj(f"trio-{i}", ns, run, role="a", extra_spec={"schedulingGroup": {"podGroupName": "trio"}}),
         )
         if not get_pod(kubectl, ns, f"trio-{i}")["spec"].get("schedulingGroup"):
-            pytest.skip(
+            pytest.fail(
                 "the apiserver dropped spec.schedulingGroup (GenericWorkload went off during the test)"
             )
     time.sleep(5)  # the scheduler holds them in PreEnqueue and writes no condition: nothing to wait for
@@ -361,7 +361,7 @@ def test_gang_quorum_not_present(scene, kubectl, lab):
     assert entry["message"] is None  # the class comes from the objects alone
 
 
-def test_gang_quorum_present_but_unplaceable(scene, kubectl, lab):
+def test_gang_quorum_present_but_unplaceable(generic_workload, scene, kubectl, lab):
     _need_podgroups(kubectl)
     ns, run, b = scene["ns"], scene["run"], scene["b"]
     apply(kubectl, _podgroup(ns, "pair", 2))
@@ -371,7 +371,7 @@ def test_gang_quorum_present_but_unplaceable(scene, kubectl, lab):
             pod_obj(f"pair-{i}", ns, run, role="b", extra_spec={"schedulingGroup": {"podGroupName": "pair"}}),
         )
         if not get_pod(kubectl, ns, f"pair-{i}")["spec"].get("schedulingGroup"):
-            pytest.skip(
+            pytest.fail(
                 "the apiserver dropped spec.schedulingGroup (GenericWorkload went off during the test)"
             )
 
@@ -404,7 +404,7 @@ def test_gang_quorum_present_but_unplaceable(scene, kubectl, lab):
     try:
         said = kubectl.wait_for(gang_event_or_bound, timeout=120, interval=2, what="the gang plugin's event")
     except AssertionError:
-        pytest.skip("no verdict of the gang plugin within 120 s: kube-scheduler is not gang-aware right now")
+        pytest.fail("no verdict of the gang plugin within 120 s: kube-scheduler is not gang-aware right now")
     if isinstance(said, dict):
         _need_gang_aware_scheduler(said)
     keep(
@@ -511,7 +511,7 @@ def _claim_pod(scene, name, tag, role):
 def _need_dra(kubectl):
     resources = kc(kubectl, "api-resources", "--api-group=resource.k8s.io", "-o", "name").stdout.split()
     if "devicetaintrules.resource.k8s.io" not in resources:
-        pytest.skip(f"the lab does not serve resource.k8s.io/v1 DeviceTaintRule (served: {resources})")
+        pytest.fail(f"the lab does not serve resource.k8s.io/v1 DeviceTaintRule (served: {resources})")
 
 
 def test_dra_device_taint_names_the_rule(scene, kubectl, lab):
