@@ -37,12 +37,6 @@ options:
     type: list
     elements: dict
     default: []
-  kubeconfig:
-    description: Path to the kubeconfig. Default is the client's own lookup (KUBECONFIG, ~/.kube/config).
-    type: path
-  context:
-    description: The kubeconfig context to use.
-    type: str
   parallel:
     description: How many apply requests run at once.
     type: int
@@ -52,8 +46,8 @@ attributes:
     support: full
   diff_mode:
     support: full
-requirements:
-  - kubernetes (Python client)
+extends_documentation_fragment:
+  - gpusplit.k8s.cluster
 author:
   - gpusplit team
 """
@@ -100,18 +94,13 @@ api_writes:
 
 import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-try:
-    import kubernetes  # noqa: F401
-
-    HAS_K8S = True
-    K8S_IMPORT_ERROR = None
-except ImportError:
-    HAS_K8S = False
-    K8S_IMPORT_ERROR = traceback.format_exc()
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_apply import ApplyError, Cluster, run
+from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_client import (
+    CLUSTER_ARGS,
+    require_kubernetes,
+)
 
 
 def main():
@@ -121,14 +110,12 @@ def main():
             "field_manager": {"type": "str", "default": "gpusplit"},
             "force_conflicts": {"type": "bool", "default": True},
             "prune": {"type": "list", "elements": "dict", "default": []},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
             "parallel": {"type": "int", "default": 8},
+            **CLUSTER_ARGS,
         },
         supports_check_mode=True,
     )
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
+    require_kubernetes(module)
     p = module.params
     try:
         cluster = Cluster(p["kubeconfig"], p["context"])

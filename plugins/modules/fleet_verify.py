@@ -23,12 +23,6 @@ options:
     description: GPU facts per host (host -> C(nvidia_gpus)), for the process checks.
     type: dict
     default: {}
-  kubeconfig:
-    description: Path to the kubeconfig.
-    type: path
-  context:
-    description: The kubeconfig context.
-    type: str
   wait_seconds:
     description: Keep re-reading for up to this many seconds while any node is in DRIFT.
     type: int
@@ -38,8 +32,8 @@ attributes:
     support: full
   diff_mode:
     support: none
-requirements:
-  - kubernetes (Python client)
+extends_documentation_fragment:
+  - gpusplit.k8s.cluster
 author:
   - gpusplit team
 """
@@ -67,23 +61,21 @@ table:
 """
 
 import time
-import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-try:
-    from kubernetes import client, config
-
-    HAS_K8S = True
-    K8S_IMPORT_ERROR = None
-except ImportError:
-    HAS_K8S = False
-    K8S_IMPORT_ERROR = traceback.format_exc()
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils import verify
+from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_client import (
+    CLUSTER_ARGS,
+    api_client,
+    error_text,
+    require_kubernetes,
+)
 
 
 def read_cluster(api):
+    from kubernetes import client
+
     core = client.CoreV1Api(api)
     nodes = api.sanitize_for_serialization(core.list_node().items)
     pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
@@ -95,19 +87,17 @@ def main():
         argument_spec={
             "plan": {"type": "dict", "required": True},
             "facts": {"type": "dict", "default": {}},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
             "wait_seconds": {"type": "int", "default": 0},
+            **CLUSTER_ARGS,
         },
         supports_check_mode=True,
     )
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
+    require_kubernetes(module)
     p = module.params
     if not isinstance(p["plan"].get("nodes"), dict):
         module.fail_json(msg="plan: expected a fleet plan with a 'nodes' mapping (from the gpu_plan role)")
     try:
-        api = config.new_client_from_config(config_file=p["kubeconfig"], context=p["context"])
+        api = api_client(p)
         deadline = time.time() + max(0, p["wait_seconds"])
         while True:
             nodes, pods = read_cluster(api)
@@ -116,7 +106,7 @@ def main():
                 break
             time.sleep(2)
     except Exception as exc:
-        module.fail_json(msg=f"reading the cluster failed: {getattr(exc, 'body', None) or exc}")
+        module.fail_json(msg=f"reading the cluster failed: {error_text(exc)}")
     module.exit_json(changed=False, report=report, table=verify.report_table(report))
 
 

@@ -31,19 +31,13 @@ options:
     type: list
     elements: str
     default: [nvidia.com/gpu, nvidia.com/mig-]
-  kubeconfig:
-    description: Path to the kubeconfig.
-    type: path
-  context:
-    description: The kubeconfig context.
-    type: str
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
-requirements:
-  - kubernetes (Python client)
+extends_documentation_fragment:
+  - gpusplit.k8s.cluster
 author:
   - gpusplit team
 """
@@ -75,21 +69,21 @@ table:
   type: str
 """
 
-import traceback
-
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from kubernetes import client, config
+    from kubernetes import client
     from kubernetes.client.rest import ApiException
-
-    HAS_K8S = True
-    K8S_IMPORT_ERROR = None
-except ImportError:
-    HAS_K8S = False
-    K8S_IMPORT_ERROR = traceback.format_exc()
+except ImportError:  # reported by require_kubernetes()
+    pass
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils import diagnose
+from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_client import (
+    CLUSTER_ARGS,
+    api_client,
+    error_text,
+    require_kubernetes,
+)
 
 PODGROUPS = ("scheduling.k8s.io", "v1beta1", "podgroups")
 DRA_GROUP = "resource.k8s.io"
@@ -148,20 +142,18 @@ def main():
                 "elements": "str",
                 "default": list(diagnose.GPU_RESOURCE_PREFIXES),
             },
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
+            **CLUSTER_ARGS,
         },
         supports_check_mode=True,
     )
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
+    require_kubernetes(module)
     p = module.params
     prefixes = tuple(p["resource_prefixes"])
     try:
-        api = config.new_client_from_config(config_file=p["kubeconfig"], context=p["context"])
+        api = api_client(p)
         pods, nodes, events, podgroups, resource = read_cluster(api, prefixes)
     except Exception as exc:
-        module.fail_json(msg=f"reading the cluster failed: {getattr(exc, 'body', None) or exc}")
+        module.fail_json(msg=f"reading the cluster failed: {error_text(exc)}")
     report = diagnose.diagnose(
         pods, nodes, events, podgroups, resource, namespaces=p["namespaces"], prefixes=prefixes
     )

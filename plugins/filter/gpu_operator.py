@@ -1,0 +1,71 @@
+"""Filters for GPU Operator mode (plugins/module_utils/gpu_operator.py) and the plugin collision check.
+
+    {{ gpusplit_fleet_plan | gpusplit.k8s.gpusplit_operator_config(mig_configs, clusterpolicies, settings, nodes, daemonsets) }}
+    {{ hostvars | gpusplit.k8s.gpusplit_mig_configs(gpusplit_fleet_plan.nodes.keys() | list) }}
+    {{ daemonsets | gpusplit.k8s.gpusplit_colliding_plugins(gpusplit_fleet_plan, gpusplit_operator_managed) }}
+    {{ pods | gpusplit.k8s.gpusplit_operator_plugin_pods(gpusplit_fleet_plan) }}
+
+Every refusal becomes one AnsibleFilterError listing all messages.
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils import gpu_operator, render, split_plan
+
+
+def _wrap(func):
+    def run(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except gpu_operator.OperatorError as exc:
+            raise AnsibleFilterError(
+                "gpusplit GPU Operator mode refused:\n- " + "\n- ".join(exc.errors)
+            ) from None
+        except split_plan.PlanError as exc:
+            raise AnsibleFilterError("gpusplit split plan refused:\n- " + "\n- ".join(exc.errors)) from None
+        except render.RenderError as exc:
+            raise AnsibleFilterError(f"gpusplit render refused: {exc}") from None
+
+    run.__name__ = func.__name__
+    run.__doc__ = func.__doc__
+    return run
+
+
+def gpusplit_operator_config(
+    plan, mig_configs=None, clusterpolicies=None, settings=None, nodes=None, daemonsets=None
+):
+    """What the role gpu_operator applies: ClusterPolicy fields, Helm values, MIG labels, summary."""
+    return gpu_operator.operator_config(plan, mig_configs, clusterpolicies, settings, nodes, daemonsets)
+
+
+def gpusplit_mig_configs(hostvars, hosts):
+    """{host: gpusplit_mig_config} for the hosts that set one."""
+    out = {}
+    for host in hosts:
+        value = hostvars[host].get("gpusplit_mig_config")
+        if value not in (None, ""):
+            out[host] = value
+    return out
+
+
+def gpusplit_colliding_plugins(daemonsets, plan, operator_managed=False):
+    """The device-plugin DaemonSets gpusplit does not own that can still run on a split node."""
+    return gpu_operator.colliding_plugin_daemonsets(daemonsets, plan, operator_managed)
+
+
+def gpusplit_operator_plugin_pods(pods, plan):
+    """Pods of the GPU Operator's device plugin that still run on a split node."""
+    return gpu_operator.operator_plugin_pods_on_split_nodes(pods, plan)
+
+
+class FilterModule:
+    def filters(self):
+        funcs = (
+            gpusplit_operator_config,
+            gpusplit_mig_configs,
+            gpusplit_colliding_plugins,
+            gpusplit_operator_plugin_pods,
+        )
+        return {f.__name__: _wrap(f) for f in funcs}

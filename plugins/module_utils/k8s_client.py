@@ -1,0 +1,39 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""The one way gpusplit's modules connect to a cluster (options in doc fragment gpusplit.k8s.cluster)."""
+
+from __future__ import annotations
+
+import traceback
+
+try:
+    from kubernetes import config
+
+    HAS_K8S = True
+    K8S_IMPORT_ERROR = None
+except ImportError:  # pragma: no cover - the venv and the collection's requirements bring it
+    HAS_K8S = False
+    K8S_IMPORT_ERROR = traceback.format_exc()
+
+CLUSTER_ARGS = {
+    "kubeconfig": {"type": "path"},
+    "context": {"type": "str"},
+}
+
+
+def require_kubernetes(module):
+    """Fail the module with Ansible's usual message when the kubernetes client is missing."""
+    if not HAS_K8S:
+        from ansible.module_utils.basic import missing_required_lib
+
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
+
+
+def api_client(params):
+    """A kubernetes ApiClient from the module's kubeconfig/context parameters."""
+    return config.new_client_from_config(config_file=params.get("kubeconfig"), context=params.get("context"))
+
+
+def error_text(exc):
+    """The API server's own message when there is one, else the exception text."""
+    return getattr(exc, "body", None) or str(exc)

@@ -1,0 +1,267 @@
+#!/usr/bin/python
+# Copyright: gpusplit contributors
+# Apache-2.0
+
+DOCUMENTATION = r"""
+module: device_taint_rule
+short_description: Create, change or remove one DeviceTaintRule and report what the controller says
+version_added: "0.1.0"
+description:
+  - Server-side applies one C(resource.k8s.io/v1) DeviceTaintRule (as rendered by the filter
+    C(gpusplit.k8s.gpusplit_dra_isolation_rule)), or deletes it, and waits until
+    kube-controller-manager has written its C(EvictionInProgress) condition for the rule's
+    present generation.
+  - With effect C(None) that condition says how many published and allocated devices the rule
+    selects and how many pods in how many namespaces would be evicted with C(NoExecute); the
+    numbers come back parsed in C(impact). The controller computes them once per generation, so
+    an unchanged rule reports its old numbers (see C(since)); C(refresh=true) recreates it.
+  - With effect C(NoExecute), C(wait_eviction=true) also waits until the eviction is over
+    (condition status C(False)).
+  - In check mode the apply is a server dry-run and nothing is waited for.
+options:
+  definition:
+    description: The DeviceTaintRule. Required with I(state=present).
+    type: dict
+  name:
+    description: The rule's name; defaults to the name in I(definition). Enough for I(state=absent).
+    type: str
+  state:
+    description: Whether the rule exists.
+    type: str
+    choices: [present, absent]
+    default: present
+  wait:
+    description: Wait for the controller's condition on the rule's present generation.
+    type: bool
+    default: true
+  wait_eviction:
+    description: With effect NoExecute, also wait until the condition is C(False) (eviction over).
+    type: bool
+    default: false
+  wait_timeout:
+    description: Seconds to wait.
+    type: int
+    default: 90
+  refresh:
+    description: Recreate a rule that is already as desired, so that the controller computes its impact again.
+    type: bool
+    default: false
+  field_manager:
+    description: The server-side apply field manager.
+    type: str
+    default: gpusplit
+  kubeconfig:
+    description: Path to the kubeconfig. Default is the client's own lookup.
+    type: path
+  context:
+    description: The kubeconfig context to use.
+    type: str
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+requirements:
+  - kubernetes (Python client)
+author:
+  - gpusplit team
+"""
+
+EXAMPLES = r"""
+- name: Report what isolating GPU gpu-3 of node gpu-a would evict (effect None)
+  gpusplit.k8s.device_taint_rule:
+    kubeconfig: "{{ gpusplit_kubeconfig }}"
+    definition: "{{ located | gpusplit.k8s.gpusplit_dra_isolation_rule('None', 'ecc') }}"
+  register: isolation
+
+- name: Evict its pods
+  gpusplit.k8s.device_taint_rule:
+    definition: "{{ located | gpusplit.k8s.gpusplit_dra_isolation_rule('NoExecute', 'ecc') }}"
+    wait_eviction: true
+
+- name: Give the GPU back
+  gpusplit.k8s.device_taint_rule:
+    name: gpusplit-isolate-gpu-a-gpu-3
+    state: absent
+"""
+
+RETURN = r"""
+name:
+  description: The rule's name.
+  returned: always
+  type: str
+action:
+  description: created, updated, recreated, unchanged, deleted or absent.
+  returned: always
+  type: str
+rule:
+  description: The live rule after the change (the dry-run result in check mode; null when absent).
+  returned: always
+  type: dict
+report:
+  description:
+    - C(effect), C(current) (the condition belongs to the present generation), C(status), C(reason),
+      C(message), C(since) and C(impact) (C(published_devices), C(allocated_devices),
+      C(pods_would_be_evicted), C(pods_pending_eviction), C(namespaces), C(pods_evicted); null when
+      the message does not say).
+  returned: always
+  type: dict
+"""
+
+import time
+import traceback
+
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
+
+try:
+    import kubernetes  # noqa: F401
+
+    HAS_K8S = True
+    K8S_IMPORT_ERROR = None
+except ImportError:
+    HAS_K8S = False
+    K8S_IMPORT_ERROR = traceback.format_exc()
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils import dra
+from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_apply import Cluster, is_subset
+
+API_VERSION = dra.API_GROUP_VERSION
+KIND = "DeviceTaintRule"
+
+
+def _get(cluster, res, name):
+    from kubernetes.dynamic.exceptions import NotFoundError
+
+    try:
+        return cluster.client.get(res, name=name).to_dict()
+    except NotFoundError:
+        return None
+
+
+def _wait_gone(cluster, res, name, deadline):
+    while time.time() < deadline:
+        if _get(cluster, res, name) is None:
+            return True
+        time.sleep(0.5)
+    return False
+
+
+def _check_definition(definition):
+    problems = []
+    if definition.get("apiVersion") != API_VERSION or definition.get("kind") != KIND:
+        problems.append(f"definition must be a {API_VERSION} {KIND}")
+    effect = ((definition.get("spec") or {}).get("taint") or {}).get("effect")
+    if effect not in dra.EFFECTS:
+        problems.append(f"spec.taint.effect {effect!r} is not one of {', '.join(dra.EFFECTS)}")
+    return problems
+
+
+def run(module, cluster):
+    p = module.params
+    definition = p["definition"]
+    name = p["name"] or ((definition or {}).get("metadata") or {}).get("name")
+    if not name:
+        module.fail_json(msg="give name, or a definition with metadata.name")
+    res = cluster.resource(API_VERSION, KIND)
+    live = _get(cluster, res, name)
+    deadline = time.time() + p["wait_timeout"]
+
+    if p["state"] == "absent":
+        if live is None:
+            return {
+                "changed": False,
+                "name": name,
+                "action": "absent",
+                "rule": None,
+                "report": dra.rule_report(None),
+            }
+        cluster.delete(live, dry_run=module.check_mode)
+        if not module.check_mode and p["wait"] and not _wait_gone(cluster, res, name, deadline):
+            module.fail_json(
+                msg=f"DeviceTaintRule {name} was deleted but is still there after {p['wait_timeout']}s"
+            )
+        return {
+            "changed": True,
+            "name": name,
+            "action": "deleted",
+            "rule": None,
+            "report": dra.rule_report(None),
+        }
+
+    if not definition:
+        module.fail_json(msg="state=present needs a definition")
+    definition = dict(definition)
+    definition["metadata"] = dict(definition.get("metadata") or {}, name=name)
+    problems = _check_definition(definition)
+    if problems:
+        module.fail_json(msg="nothing was applied: " + "; ".join(problems))
+
+    if live is not None and is_subset(definition, live) and not p["refresh"]:
+        action, rule = "unchanged", live
+    elif live is not None and is_subset(definition, live):
+        action = "recreated"
+        if module.check_mode:
+            rule = live
+        else:
+            cluster.delete(live)
+            if not _wait_gone(cluster, res, name, deadline):
+                module.fail_json(msg=f"DeviceTaintRule {name} did not go away for its re-creation")
+            rule = cluster.apply(definition, p["field_manager"])
+    else:
+        action = "created" if live is None else "updated"
+        rule = cluster.apply(definition, p["field_manager"], dry_run=module.check_mode)
+    changed = action != "unchanged"
+
+    if p["wait"] and not module.check_mode:
+        while not dra.rule_settled(rule, p["wait_eviction"]):
+            if time.time() > deadline:
+                report = dra.rule_report(rule)
+                what = "finished evicting" if report["current"] else "reported on the rule"
+                module.fail_json(
+                    msg=(
+                        f"DeviceTaintRule {name} was {action}, but kube-controller-manager has not {what} within "
+                        f"{p['wait_timeout']}s (does it run the device-taint-eviction controller?)"
+                    ),
+                    changed=changed,
+                    name=name,
+                    action=action,
+                    rule=rule,
+                    report=report,
+                )
+            time.sleep(1)
+            rule = _get(cluster, res, name) or rule
+    return {"changed": changed, "name": name, "action": action, "rule": rule, "report": dra.rule_report(rule)}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "definition": {"type": "dict"},
+            "name": {"type": "str"},
+            "state": {"type": "str", "choices": ["present", "absent"], "default": "present"},
+            "wait": {"type": "bool", "default": True},
+            "wait_eviction": {"type": "bool", "default": False},
+            "wait_timeout": {"type": "int", "default": 90},
+            "refresh": {"type": "bool", "default": False},
+            "field_manager": {"type": "str", "default": "gpusplit"},
+            "kubeconfig": {"type": "path"},
+            "context": {"type": "str"},
+        },
+        required_if=[("state", "present", ("definition",))],
+        supports_check_mode=True,
+    )
+    if not HAS_K8S:
+        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
+    try:
+        cluster = Cluster(module.params["kubeconfig"], module.params["context"])
+        result = run(module, cluster)
+    except Exception as exc:  # API errors carry the server's own message
+        body = getattr(exc, "body", None)
+        module.fail_json(
+            msg=f"DeviceTaintRule: the API request failed: {body or exc}", exception=traceback.format_exc()
+        )
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
