@@ -46,6 +46,9 @@ MIN_KUBERNETES = (1, 34, 2)
 MIN_DRIVER_MAJOR = 565
 MIN_CONTAINERD = (1, 7)
 
+# The same strings as in render.py (a unit test keeps them equal): this module does not import
+# render.py at load time, so that the module device_taint_rule, which needs only the parsers,
+# runs without Jinja2.
 MANAGED_BY = "gpusplit"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_NAME = "app.kubernetes.io/name"
@@ -74,7 +77,6 @@ CONDITION_TYPE = "EvictionInProgress"
 DEVICE_PLUGIN_IMAGE_HINT = "k8s-device-plugin"
 DEVICE_PLUGIN_LABELS = {LABEL_NAME: ("gpusplit-device-plugin", "nvidia-device-plugin")}
 
-_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _QUALIFIED_NAME_RE = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
     r"[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
@@ -209,8 +211,11 @@ def host_share_rules(plan, effect="NoSchedule"):
     errors = []
     for node_plan in dra_node_plans(plan):
         host, node = node_plan["host"], node_plan["node"]
-        planned = {"host": set(node_plan.get("dra_devices") or []), "excluded": set()}
-        planned["excluded"] = set(node_plan.get("dra_excluded_devices") or [])
+        planned = {
+            "host": set(node_plan.get("dra_devices") or []),
+            "excluded": set(node_plan.get("dra_excluded_devices") or []),
+        }
+        reasons = {e.get("uuid"): e.get("reason") for e in node_plan.get("excluded") or []}
         seen = {"host": set(), "excluded": set()}
         for gpu in node_plan.get("gpus") or []:
             share = gpu.get("share")
@@ -222,17 +227,7 @@ def host_share_rules(plan, effect="NoSchedule"):
                 value, reason = "reserved", "kept for the host by the split plan"
             else:
                 value = gpu.get("health") or "excluded"
-                reason = (
-                    next(
-                        (
-                            e.get("reason")
-                            for e in node_plan.get("excluded") or []
-                            if e.get("uuid") == gpu.get("uuid")
-                        ),
-                        None,
-                    )
-                    or f"health {value}"
-                )
+                reason = reasons.get(gpu.get("uuid")) or f"health {value}"
             rules.append(
                 render_taint_rule(
                     share,

@@ -220,7 +220,7 @@ def select_clusterpolicy(items, wanted=None):
     reconciled = [i for i in items if _state(i) in ("ready", "notReady")]
     if len(reconciled) == 1 and all(_state(i) == "ignored" for i in items if i is not reconciled[0]):
         active = reconciled[0]
-        how = "the one the operator reconciles (the others are ignored)"
+        how = "the one the operator reconciles; the others are ignored"
     else:
         active = items[0]
         how = "the oldest; the operator reconciles only one and marks the others ignored"
@@ -505,7 +505,7 @@ def operator_plugin_pods_on_split_nodes(pods, plan):
         spec = pod.get("spec") or {}
         if spec.get("nodeName") not in split:
             continue
-        if not any(verify.PLUGIN_IMAGE_HINT in (c.get("image") or "") for c in spec.get("containers") or []):
+        if not any(verify.is_device_plugin_container(c) for c in spec.get("containers") or []):
             continue
         if ((pod.get("metadata") or {}).get("labels") or {}).get(
             render.LABEL_MANAGED_BY
@@ -729,6 +729,9 @@ def _mig_report(plan, labels, nodes, node_manager, warnings):
     lines = []
     live = {_dig(n, "metadata", "name"): n for n in nodes or []}
     plans = {p["node"]: p for p in node_plans(plan)}
+    for p in operator_nodes(plan):
+        if p["kubernetes_mig_uuids"] and p["node"] not in labels:
+            lines.append(f"{p['node']}: Kubernetes gets MIG devices {', '.join(p['kubernetes_mig_uuids'])}")
     for node, config in sorted(labels.items()):
         p = plans[node]
         migs = p["kubernetes_mig_uuids"]

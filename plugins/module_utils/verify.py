@@ -31,12 +31,23 @@ def _quantity(value):
         return None
 
 
+def is_device_plugin_container(container):
+    """A container running the NVIDIA device plugin.
+
+    gpu-feature-discovery ships in the same image since the two projects merged, so the image
+    alone does not tell: a container whose name or command is gpu-feature-discovery is not one.
+    """
+    if PLUGIN_IMAGE_HINT not in (container.get("image") or ""):
+        return False
+    words = [container.get("name") or "", *(container.get("command") or []), *(container.get("args") or [])]
+    return not any("gpu-feature-discovery" in w for w in words)
+
+
 def _plugin_pods_by_node(pods):
     by_node = {}
     for pod in pods or []:
         spec = pod.get("spec") or {}
-        images = [c.get("image", "") for c in spec.get("containers") or []]
-        if not any(PLUGIN_IMAGE_HINT in i for i in images):
+        if not any(is_device_plugin_container(c) for c in spec.get("containers") or []):
             continue
         node = spec.get("nodeName")
         if node:
@@ -55,8 +66,10 @@ def unmanaged_plugin_daemonsets(daemonsets):
         meta = ds.get("metadata") or {}
         if (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpusplit":
             continue
-        containers = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get("containers") or []
-        if any(PLUGIN_IMAGE_HINT in (c.get("image") or "") for c in containers):
+        containers = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
+            "containers"
+        ) or []
+        if any(is_device_plugin_container(c) for c in containers):
             out.append(ds)
     return out
 
@@ -99,7 +112,9 @@ def verify_node(node_plan, node, plugin_pods, gpus):
     running = [p for p in plugin_pods if (p.get("status") or {}).get("phase") == "Running"]
     if len(running) > 1:
         names = ", ".join(sorted(p["metadata"]["name"] for p in running))
-        fails.append(f"{len(running)} device plugins run on the node ({names}); they share the kubelet checkpoint")
+        fails.append(
+            f"{len(running)} device plugins run on the node ({names}); they share the kubelet checkpoint"
+        )
     if mode in PLUGIN_MODES and expected > 0:
         ours = [p for p in running if _is_ours(p)]
         if not ours:

@@ -13,8 +13,9 @@ description:
     present generation.
   - With effect C(None) that condition says how many published and allocated devices the rule
     selects and how many pods in how many namespaces would be evicted with C(NoExecute); the
-    numbers come back parsed in C(impact). The controller computes them once per generation, so
-    an unchanged rule reports its old numbers (see C(since)); C(refresh=true) recreates it.
+    numbers come back parsed in C(report.impact). The controller computes them once per
+    generation, so an unchanged rule reports its old numbers (see C(since)); C(refresh=true)
+    recreates it.
   - With effect C(NoExecute), C(wait_eviction=true) also waits until the eviction is over
     (condition status C(False)).
   - In check mode the apply is a server dry-run and nothing is waited for.
@@ -50,19 +51,13 @@ options:
     description: The server-side apply field manager.
     type: str
     default: gpusplit
-  kubeconfig:
-    description: Path to the kubeconfig. Default is the client's own lookup.
-    type: path
-  context:
-    description: The kubeconfig context to use.
-    type: str
 attributes:
   check_mode:
     support: full
   diff_mode:
     support: none
-requirements:
-  - kubernetes (Python client)
+extends_documentation_fragment:
+  - gpusplit.k8s.cluster
 author:
   - gpusplit team
 """
@@ -111,19 +106,15 @@ report:
 import time
 import traceback
 
-from ansible.module_utils.basic import AnsibleModule, missing_required_lib
-
-try:
-    import kubernetes  # noqa: F401
-
-    HAS_K8S = True
-    K8S_IMPORT_ERROR = None
-except ImportError:
-    HAS_K8S = False
-    K8S_IMPORT_ERROR = traceback.format_exc()
+from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils import dra
 from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_apply import Cluster, is_subset
+from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_client import (
+    CLUSTER_ARGS,
+    error_text,
+    require_kubernetes,
+)
 
 API_VERSION = dra.API_GROUP_VERSION
 KIND = "DeviceTaintRule"
@@ -244,21 +235,19 @@ def main():
             "wait_timeout": {"type": "int", "default": 90},
             "refresh": {"type": "bool", "default": False},
             "field_manager": {"type": "str", "default": "gpusplit"},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
+            **CLUSTER_ARGS,
         },
         required_if=[("state", "present", ("definition",))],
         supports_check_mode=True,
     )
-    if not HAS_K8S:
-        module.fail_json(msg=missing_required_lib("kubernetes"), exception=K8S_IMPORT_ERROR)
+    require_kubernetes(module)
     try:
         cluster = Cluster(module.params["kubeconfig"], module.params["context"])
         result = run(module, cluster)
     except Exception as exc:  # API errors carry the server's own message
-        body = getattr(exc, "body", None)
         module.fail_json(
-            msg=f"DeviceTaintRule: the API request failed: {body or exc}", exception=traceback.format_exc()
+            msg=f"DeviceTaintRule: the API request failed: {error_text(exc)}",
+            exception=traceback.format_exc(),
         )
     module.exit_json(**result)
 

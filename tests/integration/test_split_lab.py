@@ -96,10 +96,17 @@ def test_site_applies_and_verifies_every_node(split, kubectl):
         planned = plan["nodes"][node["host"]]
         assert node["kubernetes_gpus"] == planned["kubernetes_uuids"]
         live = kubectl.json("get", "node", node["name"])
-        assert live["status"]["allocatable"]["nvidia.com/gpu"] == str(len(planned["kubernetes_uuids"]) if planned["mode"] != "none" else 0)
+        assert live["status"]["allocatable"]["nvidia.com/gpu"] == str(
+            len(planned["kubernetes_uuids"]) if planned["mode"] != "none" else 0
+        )
         assert live["metadata"]["labels"]["gpusplit.io/kubernetes-gpus"] == str(planned["kubernetes_count"])
     dss = plugin_daemonsets(kubectl)
-    assert sorted(dss) == ["gpusplit-dp-lab-dgx-01", "gpusplit-dp-lab-h200-01", "gpusplit-dp-lab-hgx-lost-01", "gpusplit-dp-lab-ws-01"]
+    assert sorted(dss) == [
+        "gpusplit-dp-lab-dgx-01",
+        "gpusplit-dp-lab-h200-01",
+        "gpusplit-dp-lab-hgx-lost-01",
+        "gpusplit-dp-lab-ws-01",
+    ]
     dgx = dss["gpusplit-dp-lab-dgx-01"]["spec"]["template"]["spec"]
     env = {e["name"]: e.get("value") for e in dgx["containers"][0]["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == plan["nodes"]["lab-dgx-01"]["kubernetes_uuids"]
@@ -126,7 +133,10 @@ def test_changing_one_nodes_split_changes_only_its_daemonset(split, kubectl, tmp
     inv = inventory_copy(tmp_path, edit)
     check = run_playbook("split.yml", inv, "--check", "--diff")
     assert "gpusplit-dp-lab-dgx-01" in check.stdout  # the diff names it
-    assert plugin_daemonsets(kubectl)["gpusplit-dp-lab-dgx-01"]["metadata"]["resourceVersion"] == before["gpusplit-dp-lab-dgx-01"]
+    assert (
+        plugin_daemonsets(kubectl)["gpusplit-dp-lab-dgx-01"]["metadata"]["resourceVersion"]
+        == before["gpusplit-dp-lab-dgx-01"]
+    )
 
     run_playbook("site.yml", inv)
     after = {n: d["metadata"]["resourceVersion"] for n, d in plugin_daemonsets(kubectl).items()}
@@ -172,13 +182,21 @@ def test_gpu_pod_beyond_the_share_stays_pending(split, kubectl):
             "metadata": {"name": "too-big", "namespace": ns},
             "spec": {
                 "nodeSelector": {"kubernetes.io/hostname": "lab-ws-01"},
-                "containers": [{"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+                "containers": [
+                    {"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "2"}}}
+                ],
             },
         }
         kubectl("apply", "-f", "-", stdin=json.dumps(pod))
         msg = kubectl.wait_for(
             lambda: next(
-                (c.get("message") for c in kubectl.json("-n", ns, "get", "pod", "too-big").get("status", {}).get("conditions", []) if c["type"] == "PodScheduled"),
+                (
+                    c.get("message")
+                    for c in kubectl.json("-n", ns, "get", "pod", "too-big")
+                    .get("status", {})
+                    .get("conditions", [])
+                    if c["type"] == "PodScheduled"
+                ),
                 None,
             ),
             what="PodScheduled message",
@@ -214,7 +232,9 @@ def test_verify_catches_a_privileged_plugin_and_apply_refuses_it(split, kubectl)
     kubectl("apply", "-f", "-", stdin=json.dumps(ds))
     try:
         kubectl.wait_for(
-            lambda: kubectl.json("get", "node", "lab-dgx-01")["status"]["allocatable"]["nvidia.com/gpu"] == "8",
+            lambda: (
+                kubectl.json("get", "node", "lab-dgx-01")["status"]["allocatable"]["nvidia.com/gpu"] == "8"
+            ),
             what="the privileged plugin to advertise all 8",
         )
         proc = run_playbook("verify.yml", check=False)
@@ -222,17 +242,28 @@ def test_verify_catches_a_privileged_plugin_and_apply_refuses_it(split, kubectl)
         report = json.loads((ROOT / "out" / "fleet-report.json").read_text())
         dgx = next(n for n in report["nodes"] if n["name"] == "lab-dgx-01")
         assert dgx["verdict"] == "FAIL"
-        assert any("advertises 8" in r for r in dgx["reasons"]) and any("2 device plugins" in r for r in dgx["reasons"])
+        assert any("advertises 8" in r for r in dgx["reasons"]) and any(
+            "2 device plugins" in r for r in dgx["reasons"]
+        )
 
         refused = run_playbook("split.yml", check=False)
         assert refused.returncode != 0
-        assert "default/nvidia-device-plugin-daemonset" in refused.stdout and "Nothing was changed" in refused.stdout
+        assert (
+            "default/nvidia-device-plugin-daemonset" in refused.stdout
+            and "Nothing was changed" in refused.stdout
+        )
 
         run_playbook("site.yml", INVENTORY, "-e", "gpusplit_stock_plugin_action=exclude")
         live = kubectl.json("-n", "default", "get", "daemonset", "nvidia-device-plugin-daemonset")
-        terms = live["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        assert {"key": "gpusplit.io/split", "operator": "NotIn", "values": ["true"]} in terms[0]["matchExpressions"]
+        terms = live["spec"]["template"]["spec"]["affinity"]["nodeAffinity"][
+            "requiredDuringSchedulingIgnoredDuringExecution"
+        ]["nodeSelectorTerms"]
+        assert {"key": "gpusplit.io/split", "operator": "NotIn", "values": ["true"]} in terms[0][
+            "matchExpressions"
+        ]
         report = json.loads((ROOT / "out" / "fleet-report.json").read_text())
         assert report["counts"]["FAIL"] == 0, report
     finally:
-        kubectl("-n", "default", "delete", "daemonset", "nvidia-device-plugin-daemonset", "--ignore-not-found")
+        kubectl(
+            "-n", "default", "delete", "daemonset", "nvidia-device-plugin-daemonset", "--ignore-not-found"
+        )
