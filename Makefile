@@ -37,7 +37,12 @@ lab-status: venv
 	$(BIN)/python -m lab.lab status
 
 demo: lab-up
+	@echo "== 1/3 the split: discover, plan, apply (host and cluster side), verify =="
 	$(BIN)/ansible-playbook -i inventory/lab playbooks/site.yml
+	@echo "== 2/3 gang scheduling: GenericWorkload on the lab control plane, one component at a time =="
+	$(BIN)/ansible-playbook -i inventory/lab playbooks/feature_gates.yml -e '{"gpusplit_feature_gates": {"GenericWorkload": true}}'
+	@echo "== 3/3 any Pending GPU pods explained; fleet picture in out/fleet.svg =="
+	$(BIN)/ansible-playbook -i inventory/lab playbooks/diagnose.yml
 
 lint: venv
 	$(BIN)/ruff check .
