@@ -136,7 +136,7 @@ class Component:
             "generation": self.generation,
             "last_exit_code": self.last_exit,
             "started_at": self.started,
-            "command_sha256": hashlib.sha256("\0".join(self.argv or []).encode()).hexdigest()[:16],
+            "command_sha256": command_hash(self.argv or []),
             "error": self.error,
         }
 
@@ -259,13 +259,31 @@ def missing_binaries() -> list[str]:
     return [n for n in names if not (C.BIN / n).exists()]
 
 
+def command_hash(argv: list[str]) -> str:
+    return hashlib.sha256("\0".join(argv).encode()).hexdigest()[:16]
+
+
+def running_current_manifests() -> bool:
+    """Every static component runs the command its manifest has now (a manifest edited a moment
+    ago may not have been picked up yet, and the old process still answers its health check)."""
+    state = read_state()
+    for name in C.STATIC_COMPONENTS:
+        try:
+            want = command_hash(C.command_from_manifest(C.MANIFESTS / f"{name}.yaml"))
+        except (OSError, ValueError):
+            continue
+        if state.get(name, {}).get("command_sha256") != want:
+            return False
+    return True
+
+
 def wait_healthy(timeout: float, quiet: bool = False) -> dict:
     started = time.time()
     deadline = started + timeout
     last = {}
     while time.time() < deadline:
         last = health()
-        if all(v["healthy"] for v in last.values()):
+        if all(v["healthy"] for v in last.values()) and running_current_manifests():
             return last
         if not supervisor_pid() and time.time() > started + 10:
             break

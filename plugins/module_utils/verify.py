@@ -74,6 +74,20 @@ def unmanaged_plugin_daemonsets(daemonsets):
     return out
 
 
+def _rolling_out(node_plan, plugin_pods):
+    """Only gpusplit's plugin runs here, and some pod of it still has another device list."""
+    running = [p for p in plugin_pods if (p.get("status") or {}).get("phase") == "Running"]
+    if not running or not all(_is_ours(p) for p in running):
+        return False
+    want = ",".join(node_plan["kubernetes_uuids"])
+    for pod in running:
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            env = {e.get("name"): e.get("value") for e in container.get("env") or []}
+            if "NVIDIA_VISIBLE_DEVICES" in env and env["NVIDIA_VISIBLE_DEVICES"] != want:
+                return True
+    return False
+
+
 def check_processes(node_plan, gpus):
     """(fail reasons) for processes on the wrong share, from the host's GPU facts."""
     reasons = []
@@ -102,6 +116,11 @@ def verify_node(node_plan, node, plugin_pods, gpus):
         allocatable = _quantity(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
         if allocatable is None:
             fails.append("allocatable nvidia.com/gpu is not an integer")
+        elif allocatable > expected and _rolling_out(node_plan, plugin_pods):
+            drifts.append(
+                f"node advertises {allocatable} nvidia.com/gpu, more than the planned {expected}, while its "
+                "split device plugin still runs an older device list (rolling out)"
+            )
         elif allocatable > expected:
             fails.append(
                 f"node advertises {allocatable} nvidia.com/gpu but the Kubernetes share is {expected}: "

@@ -12,7 +12,9 @@ description:
   - Per node the verdict is C(OK), C(DRIFT) (not as planned yet or any more, nothing a pod can
     misuse) or C(FAIL) (the split does not hold, for example more GPUs advertised than the
     Kubernetes share, a host process on a Kubernetes GPU, two device plugins on one node).
-  - With I(wait_seconds) it re-reads until no node is in DRIFT, for a plugin that is still starting.
+  - With I(wait_seconds) it re-reads until no node is in DRIFT, for a plugin that is still
+    starting; a FAIL must hold for 15 seconds (within I(wait_seconds)) before it is reported,
+    since right after an apply the old plugin pod or the kubelet's last count can still show.
   - Read-only. Run it on the controller.
 options:
   plan:
@@ -72,6 +74,8 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_client import (
     require_kubernetes,
 )
 
+FAIL_SETTLE_SECONDS = 15
+
 
 def read_cluster(api):
     from kubernetes import client
@@ -98,11 +102,17 @@ def main():
         module.fail_json(msg="plan: expected a fleet plan with a 'nodes' mapping (from the gpu_plan role)")
     try:
         api = api_client(p)
-        deadline = time.time() + max(0, p["wait_seconds"])
+        start = time.time()
+        deadline = start + max(0, p["wait_seconds"])
+        # a FAIL right after an apply can be the old plugin pod or the kubelet's last count:
+        # it must hold for a short settle time before it is reported
+        settle = start + min(FAIL_SETTLE_SECONDS, max(0, p["wait_seconds"]))
         while True:
             nodes, pods = read_cluster(api)
             report = verify.verify_fleet(p["plan"], nodes, pods, p["facts"])
-            if report["counts"][verify.DRIFT] == 0 or time.time() >= deadline:
+            counts = report["counts"]
+            now = time.time()
+            if now >= deadline or (counts[verify.DRIFT] == 0 and (counts[verify.FAIL] == 0 or now >= settle)):
                 break
             time.sleep(2)
     except Exception as exc:

@@ -108,3 +108,13 @@ def test_table_counts_verdicts():
     report = verify.verify_fleet(plan(), [node(4)], [plugin_pod("dp")], {})
     assert report["counts"] == {"OK": 0, "DRIFT": 0, "FAIL": 1}
     assert "1 node(s): 0 OK, 0 DRIFT, 1 FAIL" in verify.report_table(report)
+
+
+def test_more_advertised_while_the_split_plugin_rolls_out_is_drift():
+    old = plugin_pod("dp-old")
+    old["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(UUIDS)}]
+    entry = verify.verify_fleet(plan(), [node(4)], [old], {})["nodes"][0]
+    assert entry["verdict"] == verify.DRIFT and "rolling out" in entry["reasons"][0]
+    new = plugin_pod("dp-new")
+    new["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(UUIDS[1:])}]
+    assert verify.verify_fleet(plan(), [node(4)], [new], {})["nodes"][0]["verdict"] == verify.FAIL
