@@ -267,3 +267,20 @@ def test_verify_catches_a_privileged_plugin_and_apply_refuses_it(split, kubectl)
         kubectl(
             "-n", "default", "delete", "daemonset", "nvidia-device-plugin-daemonset", "--ignore-not-found"
         )
+
+
+def test_optional_gpu_taint_on_nodes_with_a_kubernetes_share(split, kubectl):
+    try:
+        run_playbook("split.yml", INVENTORY, "-e", "gpusplit_gpu_taint=true")
+        for name in ("lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01", "lab-ws-01"):
+            taints = kubectl.json("get", "node", name)["spec"].get("taints") or []
+            assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in taints, (
+                name,
+                taints,
+            )
+        assert not kubectl.json("get", "node", "lab-a100-01")["spec"].get("taints")  # mode none: no share
+        again = run_playbook("split.yml", INVENTORY, "-e", "gpusplit_gpu_taint=true")
+        assert all(r["changed"] == 0 for r in recap(again.stdout).values()), recap(again.stdout)
+    finally:
+        for name in ("lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01", "lab-ws-01"):
+            kubectl("taint", "node", name, "nvidia.com/gpu=present:NoSchedule-", check=False)
