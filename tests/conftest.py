@@ -26,6 +26,7 @@ for path in (COLLECTIONS, ROOT):
 
 from lab import components as C  # noqa: E402
 from lab import lab as labctl  # noqa: E402
+from lab.gates import enable_generic_workload  # noqa: E402
 
 
 class Kubectl:
@@ -94,23 +95,7 @@ def generic_workload(lab, kubectl):
         yield
         return
     found = {p.name: p.read_bytes() for p in C.MANIFESTS.glob("*.yaml")}
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    done = subprocess.run(
-        [
-            "ansible-playbook",
-            "-i",
-            "inventory/lab",
-            "playbooks/feature_gates.yml",
-            "-e",
-            json.dumps({"gpusplit_feature_gates": {"GenericWorkload": True}}),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+    enable_generic_workload()
     assert "scheduling.k8s.io/v1beta1" in kubectl("api-versions").stdout.split()
     yield
     for name, data in found.items():

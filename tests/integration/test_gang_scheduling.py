@@ -16,8 +16,6 @@ The lab's manifests are put back as they were found at the end.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 import time
 import uuid
@@ -30,6 +28,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils import workload
 from lab import components as C
 from lab import lab as labctl
 from lab import nodes as labnodes
+from lab.gates import enable_generic_workload
 
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
@@ -42,33 +41,6 @@ def wait_lab_healthy(timeout: float = 180) -> None:
     assert health and all(v["healthy"] for v in health.values()), labctl.report_unhealthy(
         health or labctl.health()
     )
-
-
-def enable_generic_workload() -> str:
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "PATH": f"{BIN}:{C.BIN}:{os.environ.get('PATH', '')}",
-    }
-    done = subprocess.run(
-        [
-            str(BIN / "ansible-playbook"),
-            "-i",
-            "inventory/lab",
-            "playbooks/feature_gates.yml",
-            "-e",
-            json.dumps({"gpusplit_feature_gates": {"GenericWorkload": True}}),
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
-    return done.stdout
 
 
 def set_gpus(kubectl, node: str, count: int) -> None:
