@@ -36,6 +36,15 @@ STATE = C.LAB / "state.json"
 PIDFILE = C.LAB / "supervisor.pid"
 ORDER = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 MAX_BACKOFF = 10.0
+# what kubectl and clients say while the lab's apiserver restarts (tests retry on these)
+TRANSIENT_ERRORS = (
+    "connection refused",
+    "Connection refused",
+    "was refused",
+    "TLS handshake timeout",
+    "EOF",
+    "ServiceUnavailable",
+)
 
 
 def log_tail(name: str, lines: int = 25) -> str:

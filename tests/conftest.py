@@ -27,6 +27,7 @@ for path in (COLLECTIONS, ROOT):
 from lab import components as C  # noqa: E402
 from lab import lab as labctl  # noqa: E402
 from lab.gates import enable_generic_workload  # noqa: E402
+from lab.lab import TRANSIENT_ERRORS as TRANSIENT  # noqa: E402
 
 
 class Kubectl:
@@ -39,6 +40,18 @@ class Kubectl:
         proc = subprocess.run(
             ["kubectl", *args], input=stdin, capture_output=True, text=True, env=self.env, timeout=120
         )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
+        return proc
+
+    def retrying(self, *args: str, check: bool = True, stdin: str | None = None, timeout: float = 90):
+        """kubectl, retried while the shared lab's apiserver restarts (feature-gate tests)."""
+        deadline = time.time() + timeout
+        while True:
+            proc = self(*args, check=False, stdin=stdin)
+            if proc.returncode == 0 or not any(t in proc.stderr for t in TRANSIENT) or time.time() > deadline:
+                break
+            time.sleep(2)
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
         return proc

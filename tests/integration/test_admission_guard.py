@@ -18,27 +18,13 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lab.lab import TRANSIENT_ERRORS as TRANSIENT
+
 ROOT = Path(__file__).resolve().parents[2]
-TRANSIENT = (
-    "connection refused",
-    "Connection refused",
-    "was refused",
-    "TLS handshake timeout",
-    "ServiceUnavailable",
-)
 
 
 def kc(kubectl, *args, check=True, stdin=None, timeout=90):
-    """kubectl, retried while the shared lab's apiserver restarts."""
-    deadline = time.time() + timeout
-    while True:
-        proc = kubectl(*args, check=False, stdin=stdin)
-        if proc.returncode == 0 or not any(t in proc.stderr for t in TRANSIENT) or time.time() > deadline:
-            break
-        time.sleep(2)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
-    return proc
+    return kubectl.retrying(*args, check=check, stdin=stdin, timeout=timeout)
 
 
 def playbook(extra: dict, *args: str) -> subprocess.CompletedProcess:

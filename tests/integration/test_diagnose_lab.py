@@ -26,6 +26,7 @@ import pytest
 from ansible_collections.gpusplit.k8s.plugins.module_utils import diagnose
 from ansible_collections.gpusplit.k8s.plugins.modules import gpu_pending_diagnose as module
 from lab import nodes as labnodes
+from lab.lab import TRANSIENT_ERRORS as TRANSIENT
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "scheduler"
@@ -34,27 +35,10 @@ GPU = "nvidia.com/gpu"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 DRIVER = "gpu.nvidia.com"
 FOREIGN_REASONS = {"node(s) had untolerated taint(s)", "node(s) didn't match Pod's node affinity/selector"}
-TRANSIENT = (
-    "connection refused",
-    "Connection refused",
-    "was refused",
-    "TLS handshake timeout",
-    "EOF",
-    "ServiceUnavailable",
-)
 
 
 def kc(kubectl, *args, check=True, stdin=None, timeout=90):
-    """kubectl, retried while the shared lab's apiserver restarts (feature-gate tests)."""
-    deadline = time.time() + timeout
-    while True:
-        proc = kubectl(*args, check=False, stdin=stdin)
-        if proc.returncode == 0 or not any(t in proc.stderr for t in TRANSIENT) or time.time() > deadline:
-            break
-        time.sleep(2)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"kubectl {' '.join(args)} failed: {proc.stderr.strip()}")
-    return proc
+    return kubectl.retrying(*args, check=check, stdin=stdin, timeout=timeout)
 
 
 def apply(kubectl, obj):

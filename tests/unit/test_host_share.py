@@ -154,10 +154,12 @@ def test_mig_enabled_host_gpu_is_warned_about():
 
 
 def test_scratch_root():
-    share = hs.host_share(plan(), ["t"], "/tmp/scratch//root/")
-    assert share["root"] == "/tmp/scratch/root"
-    assert share["env_path"] == "/tmp/scratch/root/etc/gpusplit/host-gpus.env"
-    assert share["dropins"][0]["path"] == "/tmp/scratch/root/etc/systemd/system/t.service.d/50-gpusplit.conf"
+    share = hs.host_share(plan(), ["t"], "/tmp/scratch//hostroot/")
+    assert share["root"] == "/tmp/scratch/hostroot"
+    assert share["env_path"] == "/tmp/scratch/hostroot/etc/gpusplit/host-gpus.env"
+    assert (
+        share["dropins"][0]["path"] == "/tmp/scratch/hostroot/etc/systemd/system/t.service.d/50-gpusplit.conf"
+    )
     assert hs.host_share(plan(), [], "//")["root"] == "/"
 
 
