@@ -59,6 +59,22 @@ class Kubectl:
     def json(self, *args: str) -> dict:
         return json.loads(self(*args, "-o", "json").stdout)
 
+    def namespace(self, name: str, labels: dict | None = None, timeout: float = 90) -> str:
+        """Create a namespace and wait for its default ServiceAccount.
+
+        Until the service-account controller has made it, the apiserver refuses every pod in the
+        namespace ("serviceaccount default not found"), which is not what a test is about.
+        """
+        self.retrying("create", "namespace", name)
+        if labels:
+            self.retrying("label", "namespace", name, *[f"{k}={v}" for k, v in labels.items()])
+        self.wait_for(
+            lambda: self("-n", name, "get", "serviceaccount", "default", check=False).returncode == 0,
+            timeout=timeout,
+            what=f"the default ServiceAccount of namespace {name}",
+        )
+        return name
+
     def wait_for(self, predicate, timeout: float = 60, interval: float = 0.5, what: str = "condition"):
         deadline = time.time() + timeout
         last = None

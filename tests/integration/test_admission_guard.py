@@ -96,16 +96,7 @@ def guard(lab, kubectl, tmp_path_factory):
         outside: {},
     }
     for ns, ns_labels in labels.items():
-        kc(kubectl, "create", "namespace", ns)
-        if ns_labels:
-            kc(kubectl, "label", "namespace", ns, *[f"{k}={v}" for k, v in ns_labels.items()])
-        kubectl.wait_for(
-            lambda ns=ns: (
-                kc(kubectl, "-n", ns, "get", "serviceaccount", "default", check=False).returncode == 0
-            ),
-            timeout=90,
-            what=f"the default service account of {ns}",
-        )
+        kubectl.namespace(ns, ns_labels)
     extra = {
         "gpusplit_guard_name": name,
         "gpusplit_guard_match_labels": {"gpusplit.io/guard-test": run},

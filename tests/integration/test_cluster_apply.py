@@ -44,7 +44,7 @@ def writes_to(kubectl, resource: str) -> int:
 @pytest.fixture
 def ns(kubectl):
     name = f"apply-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", name)
+    kubectl.namespace(name)
     yield name
     kubectl("delete", "namespace", name, "--wait=false")
 

@@ -155,12 +155,7 @@ def scene(lab, kubectl, core_api):
     run = uuid.uuid4().hex[:6]
     ns = f"diag-{run}"
     a, b = f"diag-{run}-a", f"diag-{run}-b"
-    kc(kubectl, "create", "namespace", ns)
-    kubectl.wait_for(
-        lambda: kc(kubectl, "-n", ns, "get", "serviceaccount", "default", check=False).returncode == 0,
-        timeout=90,
-        what="the default service account",
-    )
+    kubectl.namespace(ns)
     for name, role, gpus in ((a, "a", 2), (b, "b", 1)):
         labnodes.ensure_node(
             core_api, name, labels={"gpusplit.io/diag-run": run, "gpusplit.io/diag-role": role}

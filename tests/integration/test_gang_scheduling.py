@@ -75,12 +75,7 @@ def gang(lab, kubectl, core_api):
     set_gpus(kubectl, names[1], 1)
     for name in names:
         kubectl.wait_for(lambda n=name: node_ready(kubectl, n), timeout=90, what=f"node {name} Ready")
-    kubectl("create", "namespace", ns)
-    kubectl.wait_for(
-        lambda: kubectl("-n", ns, "get", "serviceaccount", "default", check=False).returncode == 0,
-        timeout=60,
-        what="the namespace's default ServiceAccount",
-    )
+    kubectl.namespace(ns)
     ctx = {"ns": ns, "run": run, "nodes": names}
     yield ctx
 

@@ -334,7 +334,7 @@ def operator(lab, kubectl, core_api, tmp_path_factory):
         if created_crd:
             kubectl("apply", "--server-side", "--field-manager=gpusplit-test", "-f", str(CRD_FILE))
         kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
-        kubectl("create", "namespace", NS)
+        kubectl.namespace(NS)
         for name, fixture in FIXTURE_OF.items():
             labnodes.ensure_node(core_api, name, fixture)
             # what the operator does on every GPU node that has no such label yet

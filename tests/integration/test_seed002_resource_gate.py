@@ -56,13 +56,15 @@ def scheduled_condition(kubectl, ns: str, name: str) -> dict:
 def seed(kubectl, core_api):
     """Namespace gpu-why-<id>, three nodes, only node 0 labelled and advertising 2 GPUs.
 
-    Other nodes of the lab that advertise GPUs are cordoned for the module so that the scheduler
-    has exactly the seed's picture; they are uncordoned afterwards.
+    Every other schedulable node of the shared lab is cordoned for the module, so that the
+    scheduler has exactly the seed's picture: earlier tests may have left GPU labels on lab nodes
+    that advertise no GPUs, and a CPU-only pod selecting `nvidia.com/gpu.present` would land there.
+    They are uncordoned afterwards.
     """
     run = uuid.uuid4().hex[:6]
     ns = f"gpu-why-{run}"
     names = [f"seed-{run}-node-{i}" for i in range(3)]
-    kubectl("create", "namespace", ns)
+    kubectl.namespace(ns)
     for name in names:
         labnodes.ensure_node(core_api, name)
     cordoned = []
@@ -70,9 +72,8 @@ def seed(kubectl, core_api):
         name = node["metadata"]["name"]
         if name in names or node["spec"].get("unschedulable"):
             continue
-        if int(node["status"].get("allocatable", {}).get(GPU, "0")) > 0:
-            kubectl("cordon", name)
-            cordoned.append(name)
+        kubectl.retrying("cordon", name)
+        cordoned.append(name)
     node0 = names[0]
     kubectl("label", "node", node0, *[f"{k}={v}" for k, v in DISCOVERY_LABELS.items()], "--overwrite")
     patch = [

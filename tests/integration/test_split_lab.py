@@ -174,7 +174,7 @@ def test_bad_split_is_refused_before_anything_changes(split, kubectl, tmp_path):
 
 def test_gpu_pod_beyond_the_share_stays_pending(split, kubectl):
     ns = f"split-{uuid.uuid4().hex[:6]}"
-    kubectl("create", "namespace", ns)
+    kubectl.namespace(ns)
     try:
         pod = {
             "apiVersion": "v1",
