@@ -307,34 +307,100 @@ def _dedupe(key, selected, warnings):
     return out
 
 
-def _resolve_uuids(host, key, value, gpus, errors, warnings):
+_LEGACY_MIG_RE = re.compile(r"^MIG-(GPU-[0-9a-f-]+)/(\d+)/(\d+)$")
+
+
+def _mig_lookup(gpus):
+    """{lower MIG uuid or legacy MIG-GPU-<uuid>/<gi>/<ci>: (parent gpu, mig)}."""
+    out = {}
+    for g in gpus:
+        for m in g.migs:
+            out[m["uuid"].lower()] = (g, m)
+            if m["gpu_instance_id"] is not None and m["compute_instance_id"] is not None:
+                legacy = f"MIG-{g.uuid}/{m['gpu_instance_id']}/{m['compute_instance_id']}"
+                out[legacy.lower()] = (g, m)
+    return out
+
+
+def _resolve_mig_picks(host, key, picks, mig_refusal, errors):
+    """Whole parent GPUs for MIG devices named in split.<key>, or None after a refusal.
+
+    A split device plugin that sees a GPU advertises every MIG device on it (it has no per-MIG
+    filter), so a GPU's MIG devices can only go to one share together: naming some of them and
+    not the others is refused, naming all of them selects the GPU.
+    """
+    if not picks:
+        return []
+    if mig_refusal:
+        named = [m["uuid"] for _, ms in picks.values() for m in ms]
+        what = "is a MIG device" if len(named) == 1 else "are MIG devices"
+        errors.append(f"{host}: split.{key}: {_fmt_list(named)} {what}; {mig_refusal}")
+        return None
+    out = []
+    for parent, named in picks.values():
+        names = {m["uuid"] for m in named}
+        missing = [m for m in parent.migs if m["uuid"] not in names]
+        if missing:
+            errors.append(
+                f"{host}: split.{key} names {len(names)} of the {len(parent.migs)} MIG devices of GPU "
+                f"{parent.describe()} ({_fmt_list(sorted(names))}); a device plugin that sees the GPU "
+                f"advertises all of them, so {_fmt_list(m['uuid'] for m in missing)} would go to the "
+                "same share: name every MIG device of the GPU, or change its MIG layout "
+                "(nvidia.com/mig.config) so that it holds only the devices for this share"
+            )
+            continue
+        out.append(parent)
+    return out if len(out) == len(picks) else None
+
+
+def _resolve_uuids(host, key, value, gpus, errors, warnings, mig_refusal=None):
+    """GPUs named by GPU UUID, or by the MIG UUIDs of all their MIG devices.
+
+    ``mig_refusal``: why MIG devices cannot be selected on this host (mode, MIG strategy), or
+    None when they can.
+    """
     values = _as_value_list(host, key, value, errors)
     if values is None:
         return None
     by_uuid = {g.key: g for g in gpus}
-    mig_owner = {m["uuid"].lower(): g for g in gpus for m in g.migs}
+    migs = _mig_lookup(gpus)
     out = []
+    picks = {}  # parent key -> (parent, [mig, ...]) in the order named
     ok = True
     for raw in values:
         norm = normalize_uuid(raw)
         low = norm.lower() if norm else None
         if low in by_uuid:
             out.append(by_uuid[low])
-            continue
-        ok = False
-        if low in mig_owner:
-            parent = mig_owner[low].uuid
-            errors.append(
-                f"{host}: split.{key}: {raw!r} is a MIG device of GPU {parent}; "
-                f"the split is per whole GPU, name {parent} instead"
-            )
+        elif low in migs:
+            parent, mig = migs[low]
+            entry = picks.setdefault(parent.key, (parent, []))
+            if mig in entry[1]:
+                warnings.append(f"split.{key} names MIG device {mig['uuid']} more than once")
+            else:
+                entry[1].append(mig)
         elif norm is None:
+            ok = False
             errors.append(f"{host}: split.{key}: {raw!r} is not a GPU UUID")
         else:
-            known = _fmt_list(g.uuid for g in gpus)
-            errors.append(f"{host}: split.{key}: unknown GPU UUID {raw!r} (this host has: {known})")
-    if not ok:
+            ok = False
+            if norm.startswith("MIG-"):
+                known = _fmt_list(m["uuid"] for g in gpus for m in g.migs)
+                errors.append(
+                    f"{host}: split.{key}: unknown MIG device UUID {raw!r} (MIG devices on this host: {known})"
+                )
+            else:
+                known = _fmt_list(g.uuid for g in gpus)
+                errors.append(f"{host}: split.{key}: unknown GPU UUID {raw!r} (this host has: {known})")
+    parents = _resolve_mig_picks(host, key, picks, mig_refusal, errors)
+    if not ok or parents is None:
         return None
+    named_whole = {g.key for g in out}
+    for parent in parents:
+        if parent.key in named_whole:
+            warnings.append(f"split.{key} names GPU {parent.uuid} and also each of its MIG devices")
+        else:
+            out.append(parent)
     return _dedupe(key, out, warnings)
 
 
@@ -486,6 +552,21 @@ class _Split:
         return [g for g in self.gpus if g.key not in self.share and self.usable(g)]
 
 
+def _mig_selection_refusal(st):
+    """Why this host's split cannot name MIG devices, or None when it can."""
+    if st.mode == "dra":
+        return (
+            "mode dra keeps the host share off Kubernetes with one DeviceTaintRule per whole GPU "
+            "(gpu-<minor>); name the parent GPU instead"
+        )
+    if st.mig_strategy == "none":
+        return (
+            "mig_strategy 'none' advertises whole GPUs only; set mig_strategy single or mixed "
+            "to hand out MIG devices"
+        )
+    return None
+
+
 def _read_split(st, split):
     """Validate the split mapping; return the parsed selections or None on error."""
     host, errors, warnings = st.host, st.errors, st.warnings
@@ -520,10 +601,10 @@ def _read_split(st, split):
     st.k_sel = k_sel = k_keys[0] if k_keys else None
     st.h_sel = h_sel = h_keys[0] if h_keys else None
     sel = {"k_explicit": None, "h_explicit": None, "k_count": None, "h_count": None, "patterns": None}
-    if k_sel in _RESOLVERS:
-        sel["k_explicit"] = _RESOLVERS[k_sel](host, k_sel, split[k_sel], st.gpus, errors, warnings)
-    if h_sel in _RESOLVERS:
-        sel["h_explicit"] = _RESOLVERS[h_sel](host, h_sel, split[h_sel], st.gpus, errors, warnings)
+    for side, key in (("k_explicit", k_sel), ("h_explicit", h_sel)):
+        if key in _RESOLVERS:
+            extra = {"mig_refusal": _mig_selection_refusal(st)} if key.endswith("uuids") else {}
+            sel[side] = _RESOLVERS[key](host, key, split[key], st.gpus, errors, warnings, **extra)
     if k_sel == "count":
         sel["k_count"] = _parse_count(host, k_sel, split[k_sel], errors)
     if h_sel == "host_count":

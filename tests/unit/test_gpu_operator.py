@@ -415,7 +415,7 @@ def test_mig_config_labels_and_their_rules():
 
 
 def test_mig_split_selects_the_mig_devices_of_whole_gpus():
-    """The planner splits per whole GPU: the MIG devices of a Kubernetes GPU are what the plugin advertises."""
+    """A GPU goes to one share with all its MIG devices: they are what the plugin advertises."""
     plan = fleet()
     node = plan["nodes"]["op-mig"]
     assert node["kubernetes_uuids"] == [A100_0]
@@ -437,8 +437,21 @@ def test_mig_split_selects_the_mig_devices_of_whole_gpus():
     assert any(A100_0_MIGS[0] in line for line in out["summary"])
     no_label = G.operator_config(plan, {}, [live_policy()], VM, nodes=[])
     assert f"op-mig: Kubernetes gets MIG devices {', '.join(A100_0_MIGS)}" in no_label["summary"]
-    # a MIG UUID in a selector stays refused by the planner (per whole GPU)
-    with pytest.raises(Exception, match="MIG device of GPU"):
+    # the same split named by the MIG UUIDs (from `nvidia-smi -L`) gives the same plan ...
+    by_mig = fleet(
+        **{
+            "op-mig": {
+                "facts": facts("a100-mig"),
+                "mode": "gpu_operator",
+                "split": {"uuids": A100_0_MIGS},
+                "mig_strategy": "single",
+            }
+        }
+    )
+    assert by_mig["nodes"]["op-mig"]["kubernetes_uuids"] == [A100_0]
+    assert by_mig["nodes"]["op-mig"]["resources"] == node["resources"]
+    # ... and part of a GPU's MIG devices is refused: the plugin would advertise the rest too
+    with pytest.raises(Exception, match=r"names 1 of the 2 MIG devices of GPU GPU-9ac6c221"):
         fleet(
             **{
                 "op-mig": {

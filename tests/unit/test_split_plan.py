@@ -376,14 +376,96 @@ def test_refuses_unknown_host_uuid():
     assert err.errors[0].startswith("gpu-a: split.host_uuids: unknown GPU UUID 'GPU-nope'")
 
 
-def test_refuses_mig_uuid_in_whole_gpu_selection():
+def test_mig_uuids_of_a_whole_gpu_select_that_gpu():
     facts = a100_mig_facts()
+    random.Random(5).shuffle(facts)
+    migs = [mig_dev(1, 2)["uuid"].upper(), mig_dev(1, 1)["uuid"]]  # any order, any case
+    plan = plan_node("a100", facts, "device_plugin", {"uuids": migs}, mig_strategy="mixed")
+    assert plan["kubernetes_uuids"] == [uuid(1, 1)]
+    assert plan["kubernetes_mig_uuids"] == [mig_dev(1, 1)["uuid"], mig_dev(1, 2)["uuid"]]
+    assert plan["resources"] == {"nvidia.com/gpu": 0, "nvidia.com/mig-1g.10gb": 2}
+    assert plan["host_uuids"] == [uuid(1, 0), uuid(1, 2), uuid(1, 3)]
+
+
+def test_mig_uuids_and_gpu_uuids_mix_in_one_selection():
+    migs = [mig_dev(0, 1)["uuid"], mig_dev(0, 2)["uuid"]]
+    plan = plan_node(
+        "a100", a100_mig_facts(), "gpu_operator", {"uuids": [uuid(1, 1), *migs]}, mig_strategy="single"
+    )
+    assert plan["kubernetes_uuids"] == [uuid(1, 0), uuid(1, 1)]
+    assert plan["resources"] == {"nvidia.com/gpu": 4}
+
+
+def test_host_share_by_mig_uuids():
+    migs = [mig_dev(0, 1)["uuid"], mig_dev(0, 2)["uuid"]]
+    plan = plan_node("a100", a100_mig_facts(), "device_plugin", {"host_uuids": migs}, mig_strategy="mixed")
+    assert plan["host_uuids"] == [uuid(1, 0)]
+    assert plan["kubernetes_uuids"] == [uuid(1, 1), uuid(1, 2), uuid(1, 3)]
+
+
+def test_legacy_mig_names_resolve_through_parent_and_instance_ids():
+    legacy = [f"MIG-{uuid(1, 0)}/1/0", f"mig-{uuid(1, 0).lower()}/2/0"]
+    plan = plan_node("a100", a100_mig_facts(), "device_plugin", {"uuids": legacy}, mig_strategy="single")
+    assert plan["kubernetes_uuids"] == [uuid(1, 0)]
+
+
+def test_naming_a_gpu_and_all_its_mig_devices_warns_once():
+    migs = [mig_dev(0, 1)["uuid"], mig_dev(0, 2)["uuid"]]
+    plan = plan_node(
+        "a100", a100_mig_facts(), "device_plugin", {"uuids": [uuid(1, 0), *migs]}, mig_strategy="single"
+    )
+    assert plan["kubernetes_uuids"] == [uuid(1, 0)]
+    assert f"split.uuids names GPU {uuid(1, 0)} and also each of its MIG devices" in plan["warnings"]
+
+
+def test_refuses_part_of_a_gpus_mig_devices():
+    facts = a100_mig_facts(profiles=("3g.40gb", "1g.10gb", "1g.10gb"))
+    chosen = mig_dev(0, 1, "3g.40gb")["uuid"]
+    err = refused("a100", facts, "device_plugin", {"uuids": [chosen]}, mig_strategy="mixed")
+    [msg] = err.errors
+    assert msg.startswith(f"a100: split.uuids names 1 of the 3 MIG devices of GPU {uuid(1, 0)} ")
+    assert f"({chosen})" in msg
+    assert f"so {mig_dev(0, 2)['uuid']}, {mig_dev(0, 3)['uuid']} would go to the same share" in msg
+    assert "nvidia.com/mig.config" in msg
+
+
+def test_refuses_part_of_a_gpus_mig_devices_for_the_host_too():
+    err = refused(
+        "a100",
+        a100_mig_facts(),
+        "gpu_operator",
+        {"host_uuids": [mig_dev(1, 2)["uuid"]]},
+        mig_strategy="single",
+    )
+    assert err.errors[0].startswith(
+        f"a100: split.host_uuids names 1 of the 2 MIG devices of GPU {uuid(1, 1)}"
+    )
+
+
+def test_refuses_mig_uuids_under_mig_strategy_none():
     mig_uuid = mig_dev(0, 1)["uuid"]
-    err = refused("a100", facts, "device_plugin", {"uuids": [mig_uuid]}, mig_strategy="single")
+    err = refused("a100", a100_mig_facts(), "device_plugin", {"uuids": [mig_uuid]})
     assert err.errors == [
-        f"a100: split.uuids: {mig_uuid!r} is a MIG device of GPU {uuid(1, 0)}; "
-        f"the split is per whole GPU, name {uuid(1, 0)} instead"
+        f"a100: split.uuids: {mig_uuid} is a MIG device; mig_strategy 'none' advertises whole GPUs only; "
+        "set mig_strategy single or mixed to hand out MIG devices"
     ]
+
+
+def test_refuses_mig_uuids_in_dra_mode():
+    mig_uuid = mig_dev(0, 1)["uuid"]
+    err = refused("a100", a100_mig_facts(), "dra", {"host_uuids": [mig_uuid]})
+    assert err.errors[0].startswith(f"a100: split.host_uuids: {mig_uuid} is a MIG device; mode dra")
+
+
+def test_refuses_unknown_mig_uuid_listing_the_hosts_mig_devices():
+    err = refused(
+        "a100", a100_mig_facts(), "device_plugin", {"uuids": ["MIG-deadbeef"]}, mig_strategy="single"
+    )
+    [msg] = err.errors
+    assert msg.startswith(
+        "a100: split.uuids: unknown MIG device UUID 'MIG-deadbeef' (MIG devices on this host: "
+    )
+    assert mig_dev(1, 2)["uuid"] in msg
 
 
 def test_refuses_unknown_pci_bus_id():
