@@ -16,6 +16,7 @@ import json
 
 OK, DRIFT, FAIL = "OK", "DRIFT", "FAIL"
 GPU_RESOURCE = "nvidia.com/gpu"
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 PLUGIN_MODES = ("device_plugin", "gpu_operator")
 PLUGIN_NAME_LABEL = "app.kubernetes.io/name"
 PLUGIN_NAME = "gpusplit-device-plugin"
@@ -104,30 +105,61 @@ def check_processes(node_plan, gpus):
     return reasons
 
 
+def gpu_resources(allocatable):
+    """{resource: int or None} of the GPU resources a node advertises: nvidia.com/gpu, nvidia.com/mig-*."""
+    return {
+        k: _quantity(v)
+        for k, v in sorted((allocatable or {}).items())
+        if k == GPU_RESOURCE or k.startswith(MIG_RESOURCE_PREFIX)
+    }
+
+
+def _compare_resource(name, advertised, expected, node_plan, plugin_pods, fails, drifts):
+    if advertised is None:
+        fails.append(f"allocatable {name} is not an integer")
+    elif advertised > expected and _rolling_out(node_plan, plugin_pods):
+        drifts.append(
+            f"node advertises {advertised} {name}, more than the planned {expected}, while its "
+            "split device plugin still runs an older device list (rolling out)"
+        )
+    elif advertised > expected:
+        fails.append(
+            f"node advertises {advertised} {name} but the Kubernetes share is {expected}: "
+            "pods can be given host GPUs (is a privileged or unsplit device plugin running there?)"
+        )
+    elif advertised < expected:
+        drifts.append(f"node advertises {advertised} {name}, fewer than the planned {expected}")
+
+
 def verify_node(node_plan, node, plugin_pods, gpus):
-    """The report entry for one node."""
+    """The report entry for one node.
+
+    Every GPU resource counts: nvidia.com/gpu, and under mig_strategy mixed each
+    nvidia.com/mig-<profile>; one the plan does not have must be 0 on the node.
+    """
     fails, drifts = [], []
     mode = node_plan["mode"]
-    expected = node_plan.get("resources", {}).get(GPU_RESOURCE, 0) if mode in PLUGIN_MODES else 0
+    planned = node_plan.get("resources", {}) if mode in PLUGIN_MODES else {}
+    expected_resources = {GPU_RESOURCE: 0, **{k: int(v) for k, v in planned.items()}}
+    expected = expected_resources[GPU_RESOURCE]
     allocatable = None
+    advertised = None
     if node is None:
         fails.append(f"node {node_plan['node']} is not registered in the cluster")
     else:
-        allocatable = _quantity(((node.get("status") or {}).get("allocatable") or {}).get(GPU_RESOURCE))
-        if allocatable is None:
-            fails.append("allocatable nvidia.com/gpu is not an integer")
-        elif allocatable > expected and _rolling_out(node_plan, plugin_pods):
-            drifts.append(
-                f"node advertises {allocatable} nvidia.com/gpu, more than the planned {expected}, while its "
-                "split device plugin still runs an older device list (rolling out)"
+        advertised = gpu_resources((node.get("status") or {}).get("allocatable") or {})
+        advertised.setdefault(GPU_RESOURCE, 0)
+        allocatable = advertised[GPU_RESOURCE]
+        for name in sorted(expected_resources.keys() | advertised.keys()):
+            _compare_resource(
+                name,
+                advertised.get(name, 0),
+                expected_resources.get(name, 0),
+                node_plan,
+                plugin_pods,
+                fails,
+                drifts,
             )
-        elif allocatable > expected:
-            fails.append(
-                f"node advertises {allocatable} nvidia.com/gpu but the Kubernetes share is {expected}: "
-                "pods can be given host GPUs (is a privileged or unsplit device plugin running there?)"
-            )
-        elif allocatable < expected:
-            drifts.append(f"node advertises {allocatable} nvidia.com/gpu, fewer than the planned {expected}")
     running = [p for p in plugin_pods if (p.get("status") or {}).get("phase") == "Running"]
     if len(running) > 1:
         names = ", ".join(sorted(p["metadata"]["name"] for p in running))
@@ -152,6 +184,8 @@ def verify_node(node_plan, node, plugin_pods, gpus):
         "excluded_gpus": [e["uuid"] for e in node_plan.get("excluded", [])],
         "expected_allocatable": expected,
         "allocatable": allocatable,
+        "expected_resources": expected_resources,
+        "resources": advertised,
         "verdict": verdict,
         "reasons": fails + drifts,
     }
@@ -176,6 +210,19 @@ def verify_fleet(plan, nodes, pods, facts_by_host):
     return {"nodes": entries, "counts": counts, "ok": counts[FAIL] == 0 and counts[DRIFT] == 0}
 
 
+def _allocatable_cell(entry):
+    """``advertised/planned`` of nvidia.com/gpu, then of each MIG resource (``mig-1g.10gb 2/2``)."""
+    if entry["allocatable"] is None:
+        return "-"
+    cell = f"{entry['allocatable']}/{entry['expected_allocatable']}"
+    have = entry.get("resources") or {}
+    want = entry.get("expected_resources") or {}
+    for name in sorted((have.keys() | want.keys()) - {GPU_RESOURCE}):
+        short = name.split("/", 1)[1]
+        cell += f" {short} {have.get(name, 0)}/{want.get(name, 0)}"
+    return cell
+
+
 def report_table(report):
     """A fixed-width table of the fleet report."""
     header = ("NODE", "MODE", "HOST", "K8S", "ALLOCATABLE", "VERDICT", "REASON")
@@ -185,7 +232,7 @@ def report_table(report):
             e["mode"],
             str(len(e["host_gpus"])),
             str(len(e["kubernetes_gpus"])),
-            "-" if e["allocatable"] is None else f"{e['allocatable']}/{e['expected_allocatable']}",
+            _allocatable_cell(e),
             e["verdict"],
             "; ".join(e["reasons"]) or "-",
         )

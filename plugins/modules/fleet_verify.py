@@ -53,7 +53,11 @@ EXAMPLES = r"""
 
 RETURN = r"""
 report:
-  description: Per node name, mode, host_gpus, kubernetes_gpus, allocatable, verdict, reasons; and counts.
+  description:
+    - Per node name, mode, host_gpus, kubernetes_gpus, excluded_gpus, verdict, reasons; and counts.
+    - C(allocatable) / C(expected_allocatable) are the node's and the plan's C(nvidia.com/gpu);
+      C(resources) / C(expected_resources) hold every GPU resource (C(nvidia.com/gpu) and, under
+      mig_strategy mixed, each C(nvidia.com/mig-<profile>)). Each of them is compared.
   returned: always
   type: dict
 table:

@@ -118,3 +118,69 @@ def test_more_advertised_while_the_split_plugin_rolls_out_is_drift():
     new = plugin_pod("dp-new")
     new["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(UUIDS[1:])}]
     assert verify.verify_fleet(plan(), [node(4)], [new], {})["nodes"][0]["verdict"] == verify.FAIL
+
+
+def mig_plan():
+    """GPU 0 of an A100 host with MIG on (two 1g.10gb, one 3g.40gb) plus GPU 1 whole, mixed strategy."""
+    gpus = facts()[:2]
+    gpus[0]["mig_mode"] = {"current": "enabled", "pending": "enabled"}
+    gpus[0]["mig_devices"] = [
+        {"uuid": f"MIG-aaaaaaaa-0000-4000-8000-00000000000{i}", "profile": p, "gpu_instance_id": i}
+        for i, p in enumerate(("1g.10gb", "1g.10gb", "3g.40gb"))
+    ]
+    entry = {"facts": gpus, "mode": "device_plugin", "split": {"host_count": 0}, "mig_strategy": "mixed"}
+    return plan_fleet({"n1": entry})
+
+
+def mig_node(**allocatable):
+    return {
+        "metadata": {"name": "n1"},
+        "status": {"allocatable": {k: str(v) for k, v in allocatable.items()}},
+    }
+
+
+def test_mixed_mig_every_resource_is_compared():
+    p = mig_plan()
+    assert p["nodes"]["n1"]["resources"] == {
+        "nvidia.com/gpu": 1,
+        "nvidia.com/mig-1g.10gb": 2,
+        "nvidia.com/mig-3g.40gb": 1,
+    }
+    right = mig_node(**{"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-3g.40gb": 1})
+    entry = verify.verify_fleet(p, [right], [plugin_pod("dp")], {})["nodes"][0]
+    assert entry["verdict"] == verify.OK, entry
+    assert entry["resources"] == entry["expected_resources"]
+    assert "mig-1g.10gb 2/2" in verify.report_table(
+        {"nodes": [entry], "counts": {"OK": 1, "DRIFT": 0, "FAIL": 0}}
+    )
+
+
+def test_mixed_mig_a_profile_advertised_beyond_the_plan_fails():
+    # nvidia.com/gpu is right; a MIG profile has one device more than planned
+    extra = mig_node(**{"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 3, "nvidia.com/mig-3g.40gb": 1})
+    entry = verify.verify_fleet(mig_plan(), [extra], [plugin_pod("dp")], {})["nodes"][0]
+    assert entry["verdict"] == verify.FAIL
+    assert entry["reasons"] == [
+        "node advertises 3 nvidia.com/mig-1g.10gb but the Kubernetes share is 2: pods can be given host "
+        "GPUs (is a privileged or unsplit device plugin running there?)"
+    ]
+
+
+def test_a_mig_resource_the_plan_does_not_have_fails_and_a_missing_one_drifts():
+    stray = mig_node(**{"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb": 1})
+    entry = verify.verify_fleet(mig_plan(), [stray], [plugin_pod("dp")], {})["nodes"][0]
+    assert entry["verdict"] == verify.FAIL
+    assert any(
+        "advertises 1 nvidia.com/mig-2g.20gb but the Kubernetes share is 0" in r for r in entry["reasons"]
+    )
+    assert "node advertises 0 nvidia.com/mig-3g.40gb, fewer than the planned 1" in entry["reasons"]
+
+
+def test_whole_gpu_plan_fails_on_any_advertised_mig_resource():
+    leaked = {
+        "metadata": {"name": "n1"},
+        "status": {"allocatable": {"nvidia.com/gpu": "3", "nvidia.com/mig-1g.10gb": "7"}},
+    }
+    entry = verify.verify_fleet(plan(), [leaked], [plugin_pod("dp")], {})["nodes"][0]
+    assert entry["verdict"] == verify.FAIL
+    assert entry["expected_resources"] == {"nvidia.com/gpu": 3}
