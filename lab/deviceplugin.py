@@ -5,8 +5,14 @@ runtime decides that from the container's NVIDIA_VISIBLE_DEVICES (UUIDs, indices
 `none`/`void`), except that a privileged container sees every GPU. This simulator applies exactly
 that rule: for each lab node (label gpusplit.io/lab-fixture) it finds the running device-plugin
 pods of DaemonSets that target the node, takes the healthy GPUs of the node's fixture that the
-pod's container would see, and writes their number into the node's status as
-`nvidia.com/gpu` capacity and allocatable, as the kubelet does after the plugin registers.
+pod's container would see, and writes what the plugin would advertise into the node's status as
+capacity and allocatable, as the kubelet does after the plugin registers.
+
+MIG follows the plugin's MIG_STRATEGY env (or --mig-strategy): a MIG-enabled GPU counts as one
+`nvidia.com/gpu` under `none`, as one `nvidia.com/gpu` per MIG device under `single`, and as one
+`nvidia.com/mig-<profile>` per MIG device under `mixed`. A MIG UUID in NVIDIA_VISIBLE_DEVICES
+makes its parent GPU visible, and the plugin then enumerates every MIG device of that GPU: the
+real plugin walks all MIG devices of each GPU NVML shows and has no per-MIG filter.
 
 Two plugins on one node is a real failure (they share the kubelet checkpoint): the simulator
 marks the node with the annotation gpusplit.io/lab-device-plugin-conflict and advertises what
@@ -24,6 +30,7 @@ from lab.components import KUBECONFIG
 from lab.nodes import FIXTURE_LABEL, FIXTURES
 
 RESOURCE = "nvidia.com/gpu"
+MIG_PREFIX = "nvidia.com/mig-"
 CONFLICT = "gpusplit.io/lab-device-plugin-conflict"
 PLUGIN_IMAGE_HINT = "k8s-device-plugin"
 
@@ -50,7 +57,36 @@ def visible_gpus(gpus: list[dict], container: dict) -> list[dict]:
     if value.strip() in ("", "none", "void"):
         return []
     wanted = {v.strip() for v in value.split(",") if v.strip()}
-    return [g for g in gpus if g["uuid"] in wanted or str(g["index"]) in wanted]
+    return [
+        g
+        for g in gpus
+        if g["uuid"] in wanted
+        or str(g["index"]) in wanted
+        or any(m.get("uuid") in wanted for m in g.get("mig_devices") or [])
+    ]
+
+
+def mig_strategy(container: dict) -> str:
+    env = {e["name"]: e.get("value") for e in container.get("env") or [] if "name" in e}
+    value = env.get("MIG_STRATEGY")
+    for arg in [*(container.get("args") or []), *(container.get("command") or [])]:
+        if arg.startswith("--mig-strategy="):
+            value = arg.split("=", 1)[1]
+    return value or "none"
+
+
+def advertised(gpus: list[dict], strategy: str) -> dict[str, int]:
+    """{resource: count} the plugin registers for the GPUs it sees under a MIG strategy."""
+    out = {RESOURCE: 0}
+    for g in gpus:
+        mig_on = str((g.get("mig_mode") or {}).get("current", "")).lower() == "enabled"
+        if not mig_on or strategy == "none":
+            out[RESOURCE] += 1
+            continue
+        for mig in g.get("mig_devices") or []:
+            name = RESOURCE if strategy == "single" else f"{MIG_PREFIX}{mig.get('profile')}"
+            out[name] = out.get(name, 0) + 1
+    return out
 
 
 def _expr_matches(expr: dict, labels: dict) -> bool:
@@ -135,19 +171,26 @@ class DevicePluginSimulator:
     def sync_node(self, core: client.CoreV1Api, node: dict, plugin_pods: list[tuple]) -> None:
         name = node["metadata"]["name"]
         gpus = fixture_gpus(node["metadata"]["labels"][FIXTURE_LABEL])
-        count = 0
+        want = {RESOURCE: 0}
         for _, pod in plugin_pods:
             container = next(
                 (c for c in pod["spec"]["containers"] if PLUGIN_IMAGE_HINT in c.get("image", "")),
                 pod["spec"]["containers"][0],
             )
-            count = len(visible_gpus(gpus, container))
+            want = advertised(visible_gpus(gpus, container), mig_strategy(container))
         status = node.get("status") or {}
-        current = (status.get("allocatable") or {}).get(RESOURCE)
-        if current != str(count) or (status.get("capacity") or {}).get(RESOURCE) != str(count):
-            core.patch_node_status(
-                name, {"status": {"capacity": {RESOURCE: str(count)}, "allocatable": {RESOURCE: str(count)}}}
-            )
+        # a MIG resource no longer registered stays on the node with 0, as with the kubelet
+        for section in ("capacity", "allocatable"):
+            for key in status.get(section) or {}:
+                if key.startswith(MIG_PREFIX):
+                    want.setdefault(key, 0)
+        values = {k: str(v) for k, v in want.items()}
+        if any(
+            (status.get(section) or {}).get(k) != v
+            for section in ("capacity", "allocatable")
+            for k, v in values.items()
+        ):
+            core.patch_node_status(name, {"status": {"capacity": values, "allocatable": values}})
         conflict = ",".join(f"{ns}/{n}" for (ns, n), _ in plugin_pods) if len(plugin_pods) > 1 else None
         if (node["metadata"].get("annotations") or {}).get(CONFLICT) != conflict:
             core.patch_node(name, {"metadata": {"annotations": {CONFLICT: conflict}}})

@@ -63,6 +63,10 @@ P = f"gpo-{RUN}"
 NS = f"{P}-operator"
 POLICY = f"{P}-policy"
 SPLIT_DGX, SPLIT_H200, MIG_NODE, FREE = f"{P}-dgx", f"{P}-h200", f"{P}-mig", f"{P}-free"
+A100 = f"{P}-a100"
+A100_FIXTURE = json.loads((ROOT / "tests" / "fixtures" / "gpus" / "a100-mig-uniform.json").read_text())
+A100_MIG_GPUS = [g["uuid"] for g in A100_FIXTURE["gpus"][:2]]  # MIG on: two 3g.40gb devices each
+A100_MIGS = [m["uuid"] for g in A100_FIXTURE["gpus"][:2] for m in g["mig_devices"]]
 OWN_HOSTS = {
     SPLIT_DGX: {
         "gpusplit_lab_fixture": "dgx-h100",
@@ -77,9 +81,7 @@ OWN_HOSTS = {
         "gpusplit_split": {"count": 1},
     },
     # MIG asked of the operator's MIG manager on an H100 node whose GPUs have MIG off today: the plan
-    # counts whole GPUs until the MIG manager has applied the config and gpusplit runs again (the
-    # MIG devices of a MIG-enabled GPU, by their MIG- UUIDs, are covered by tests/unit/test_gpu_operator.py;
-    # the lab's simulated plugin counts whole GPUs only)
+    # counts whole GPUs until the MIG manager has applied the config and gpusplit runs again
     MIG_NODE: {
         "gpusplit_lab_fixture": "dgx-h100",
         "gpusplit_mode": "gpu_operator",
@@ -87,9 +89,24 @@ OWN_HOSTS = {
         "gpusplit_mig_config": "all-1g.10gb",
         "gpusplit_split": {"host_count": 4},
     },
+    # an A100 host with MIG on GPUs 0 and 1: Kubernetes gets them, named by the MIG UUIDs of their
+    # four MIG devices (as `nvidia-smi -L` prints them); GPUs 2 and 3 stay with the host
+    A100: {
+        "gpusplit_lab_fixture": "a100-mig-uniform",
+        "gpusplit_mode": "gpu_operator",
+        "gpusplit_mig_strategy": "single",
+        "gpusplit_split": {"uuids": A100_MIGS},
+    },
 }
-FIXTURE_OF = {SPLIT_DGX: "dgx-h100", SPLIT_H200: "h200", MIG_NODE: "dgx-h100", FREE: "workstation"}
-ALL_GPUS = {SPLIT_DGX: 8, SPLIT_H200: 1, MIG_NODE: 8, FREE: 2}
+FIXTURE_OF = {
+    SPLIT_DGX: "dgx-h100",
+    SPLIT_H200: "h200",
+    MIG_NODE: "dgx-h100",
+    A100: "a100-mig-uniform",
+    FREE: "workstation",
+}
+# the operator's privileged plugin sees every GPU; without a MIG strategy it counts whole GPUs
+ALL_GPUS = {SPLIT_DGX: 8, SPLIT_H200: 1, MIG_NODE: 8, A100: 4, FREE: 2}
 
 
 # --------------------------------------------------------------------------------------------
@@ -122,6 +139,9 @@ class Patient:
 
     def json(self, *args):
         return json.loads(self(*args, "-o", "json").stdout)
+
+    def namespace(self, name):
+        return self.kubectl.namespace(name)
 
     def wait_for(self, predicate, timeout=60, interval=0.5, what="condition"):
         return self.kubectl.wait_for(predicate, timeout=timeout, interval=interval, what=what)
@@ -464,7 +484,7 @@ def test_split_nodes_get_the_split_plugin_and_the_operators_plugin_stays_on_the_
     operator, kubectl
 ):
     dss = split_daemonsets(kubectl)
-    for name in (SPLIT_DGX, SPLIT_H200, MIG_NODE):
+    for name in (SPLIT_DGX, SPLIT_H200, MIG_NODE, A100):
         labels = node(kubectl, name)["metadata"]["labels"]
         assert labels[DEPLOY_DP] == "false", name
         assert labels["gpusplit.io/split"] == "true" and labels["gpusplit.io/mode"] == "gpu_operator"
@@ -504,7 +524,8 @@ def test_split_nodes_get_the_split_plugin_and_the_operators_plugin_stays_on_the_
 
 def test_advertisements_and_verify_verdicts(operator, kubectl):
     assert operator["before"] == {n: str(c) for n, c in ALL_GPUS.items()}  # the operator's plugin saw all
-    expected = {SPLIT_DGX: "6", SPLIT_H200: "1", FREE: "2", MIG_NODE: "4"}
+    # the A100's split plugin sees GPUs 0 and 1 and, under single, advertises their four MIG devices
+    expected = {SPLIT_DGX: "6", SPLIT_H200: "1", FREE: "2", MIG_NODE: "4", A100: "4"}
     kubectl.wait_for(
         lambda: all(advertised(kubectl, n) == v for n, v in expected.items()),
         what=f"advertisements {expected}",
@@ -520,6 +541,7 @@ def test_advertisements_and_verify_verdicts(operator, kubectl):
     assert verdicts[SPLIT_DGX]["verdict"] == "OK" and verdicts[SPLIT_DGX]["allocatable"] == 6
     assert verdicts[SPLIT_H200]["verdict"] == "OK" and verdicts[SPLIT_H200]["allocatable"] == 1
     assert verdicts[MIG_NODE]["verdict"] == "OK" and verdicts[MIG_NODE]["allocatable"] == 4
+    assert verdicts[A100]["verdict"] == "OK" and verdicts[A100]["resources"] == {GPU: 4}
     assert report["counts"] == {"OK": len(verdicts), "DRIFT": 0, "FAIL": 0}
     lab_hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["hosts"]
     assert all(verdicts[h]["verdict"] == "OK" for h in lab_hosts), {h: verdicts[h] for h in lab_hosts}
@@ -529,7 +551,7 @@ def test_advertisements_and_verify_verdicts(operator, kubectl):
 def test_rerun_changes_nothing(operator, kubectl):
     def snapshot():
         cp = kubectl.json("get", "clusterpolicy", POLICY, "--show-managed-fields")
-        nodes = {n: manager_times(node(kubectl, n)) for n in (SPLIT_DGX, SPLIT_H200, MIG_NODE)}
+        nodes = {n: manager_times(node(kubectl, n)) for n in (SPLIT_DGX, SPLIT_H200, MIG_NODE, A100)}
         dss = {n: d["metadata"]["generation"] for n, d in split_daemonsets(kubectl).items()}
         return cp["metadata"]["generation"], manager_times(cp), nodes, dss
 
@@ -575,6 +597,38 @@ def test_mixed_mig_strategies_across_gpu_operator_nodes_are_refused(operator, ku
     assert proc.returncode != 0
     text = " ".join(proc.stdout.split())
     assert "one MIG strategy for the whole cluster" in text
-    assert f"none: {SPLIT_H200}; single: {SPLIT_DGX}, {MIG_NODE}" in text
+    assert f"none: {SPLIT_H200}; single: {A100}, {SPLIT_DGX}, {MIG_NODE}" in text
     assert kubectl.json("get", "clusterpolicy", POLICY)["metadata"]["resourceVersion"] == before
     assert {n: d["metadata"]["generation"] for n, d in split_daemonsets(kubectl).items()} == dss
+
+
+def test_mig_devices_selected_by_uuid_give_kubernetes_their_gpus(operator, kubectl):
+    plan = json.loads((operator["tmp"] / "out" / "fleet-plan.json").read_text())["nodes"][A100]
+    assert plan["kubernetes_uuids"] == A100_MIG_GPUS and plan["kubernetes_mig_uuids"] == A100_MIGS
+    assert plan["host_uuids"] == [g["uuid"] for g in A100_FIXTURE["gpus"][2:]]
+    assert plan["resources"] == {GPU: 4}
+    container = split_daemonsets(kubectl)[f"gpusplit-dp-{A100}"]["spec"]["template"]["spec"]["containers"][0]
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    # the plugin is handed the parent GPUs; it advertises every MIG device on them, which is all of them
+    assert env["NVIDIA_VISIBLE_DEVICES"] == ",".join(A100_MIG_GPUS) and env["MIG_STRATEGY"] == "single"
+    assert env["NVIDIA_MIG_MONITOR_DEVICES"] == "all"
+    kubectl.wait_for(lambda: advertised(kubectl, A100) == "4", what=f"{A100} to advertise its 4 MIG devices")
+
+
+def test_part_of_a_gpus_mig_devices_is_refused_before_anything_changes(operator, kubectl):
+    def edit(hosts):
+        hosts[A100]["gpusplit_split"] = {"uuids": A100_MIGS[:3]}
+
+    inv = operator_inventory(operator["tmp"] / "part-of-a-gpu", edit)
+    before = kubectl.json("get", "clusterpolicy", POLICY)["metadata"]["resourceVersion"]
+    dss = {n: d["metadata"]["generation"] for n, d in split_daemonsets(kubectl).items()}
+    labels = node(kubectl, A100)["metadata"]["labels"]
+    proc = run_playbook(kubectl, "gpu_operator.yml", inv, check=False)
+    assert proc.returncode != 0
+    text = " ".join(proc.stdout.split())
+    assert f"{A100}: split.uuids names 1 of the 2 MIG devices of GPU {A100_MIG_GPUS[1]}" in text, text[-3000:]
+    assert f"so {A100_MIGS[3]} would go to the same share" in text
+    assert kubectl.json("get", "clusterpolicy", POLICY)["metadata"]["resourceVersion"] == before
+    assert {n: d["metadata"]["generation"] for n, d in split_daemonsets(kubectl).items()} == dss
+    assert node(kubectl, A100)["metadata"]["labels"] == labels
+    assert advertised(kubectl, A100) == "4"
