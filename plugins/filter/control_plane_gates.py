@@ -13,22 +13,11 @@ drop-in) and plugins/module_utils/cp_health.py (log reading).
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.gpusplit.k8s.plugins.module_utils import control_plane_flags as flags
 from ansible_collections.gpusplit.k8s.plugins.module_utils import cp_health
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
-
-def _wrap(func):
-    def run(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except (flags.FlagEditError, cp_health.HealthError) as exc:
-            raise AnsibleFilterError(f"{func.__name__}: {exc}") from None
-
-    run.__name__ = func.__name__
-    run.__doc__ = func.__doc__
-    return run
+REFUSALS = {flags.FlagEditError: None, cp_health.HealthError: None}  # titled by the filter name
 
 
 def gpusplit_cp_detect(hints):
@@ -73,14 +62,14 @@ def gpusplit_cp_component_error(text, max_lines=6):
 
 class FilterModule:
     def filters(self):
-        return {
-            f.__name__: _wrap(f)
-            for f in (
+        return wrap_filters(
+            (
                 gpusplit_cp_detect,
                 gpusplit_cp_manifest_version,
                 gpusplit_cp_version_output,
                 gpusplit_rancher_dropin,
                 gpusplit_cp_enabled_api_versions,
                 gpusplit_cp_component_error,
-            )
-        }
+            ),
+            REFUSALS,
+        )

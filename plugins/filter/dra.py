@@ -13,25 +13,14 @@ from __future__ import annotations
 
 import base64
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.gpusplit.k8s.plugins.module_utils import dra, render, split_plan
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
-
-def _wrap(func):
-    def run(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except dra.DraError as exc:
-            raise AnsibleFilterError("gpusplit DRA refused:\n- " + "\n- ".join(exc.errors)) from None
-        except split_plan.PlanError as exc:
-            raise AnsibleFilterError("gpusplit split plan refused:\n- " + "\n- ".join(exc.errors)) from None
-        except render.RenderError as exc:
-            raise AnsibleFilterError(f"gpusplit render refused: {exc}") from None
-
-    run.__name__ = func.__name__
-    run.__doc__ = func.__doc__
-    return run
+REFUSALS = {
+    dra.DraError: "gpusplit DRA",
+    split_plan.PlanError: "gpusplit split plan",
+    render.RenderError: "gpusplit render",
+}
 
 
 def gpusplit_dra_nodes(plan):
@@ -164,4 +153,4 @@ class FilterModule:
             gpusplit_dra_claim,
             gpusplit_dra_host_share_toleration,
         )
-        return {f.__name__: _wrap(f) for f in funcs}
+        return wrap_filters(funcs, REFUSALS)

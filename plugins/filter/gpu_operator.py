@@ -10,27 +10,14 @@ Every refusal becomes one AnsibleFilterError listing all messages.
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.gpusplit.k8s.plugins.module_utils import gpu_operator, render, split_plan
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
-
-def _wrap(func):
-    def run(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except gpu_operator.OperatorError as exc:
-            raise AnsibleFilterError(
-                "gpusplit GPU Operator mode refused:\n- " + "\n- ".join(exc.errors)
-            ) from None
-        except split_plan.PlanError as exc:
-            raise AnsibleFilterError("gpusplit split plan refused:\n- " + "\n- ".join(exc.errors)) from None
-        except render.RenderError as exc:
-            raise AnsibleFilterError(f"gpusplit render refused: {exc}") from None
-
-    run.__name__ = func.__name__
-    run.__doc__ = func.__doc__
-    return run
+REFUSALS = {
+    gpu_operator.OperatorError: "gpusplit GPU Operator mode",
+    split_plan.PlanError: "gpusplit split plan",
+    render.RenderError: "gpusplit render",
+}
 
 
 def gpusplit_operator_config(
@@ -68,4 +55,4 @@ class FilterModule:
             gpusplit_colliding_plugins,
             gpusplit_operator_plugin_pods,
         )
-        return {f.__name__: _wrap(f) for f in funcs}
+        return wrap_filters(funcs, REFUSALS)

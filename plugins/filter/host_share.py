@@ -8,17 +8,15 @@ Every refusal becomes one AnsibleFilterError listing all messages.
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.gpusplit.k8s.plugins.module_utils import host_share
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+
+REFUSALS = {host_share.HostShareError: "gpusplit host share"}
 
 
 def gpusplit_host_share(plan, services=None, root="/"):
     """The host share of one node plan: UUID lists, env file and drop-in texts, paths under ``root``."""
-    try:
-        return host_share.host_share(plan, services, root)
-    except host_share.HostShareError as exc:
-        raise AnsibleFilterError("gpusplit host share refused:\n- " + "\n- ".join(exc.errors)) from None
+    return host_share.host_share(plan, services, root)
 
 
 def gpusplit_stale_dropins(found_paths, share):
@@ -28,7 +26,4 @@ def gpusplit_stale_dropins(found_paths, share):
 
 class FilterModule:
     def filters(self):
-        return {
-            "gpusplit_host_share": gpusplit_host_share,
-            "gpusplit_stale_dropins": gpusplit_stale_dropins,
-        }
+        return wrap_filters((gpusplit_host_share, gpusplit_stale_dropins), REFUSALS)

@@ -10,23 +10,10 @@ Every refusal of the planner becomes one AnsibleFilterError listing all messages
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.gpusplit.k8s.plugins.module_utils import render, split_plan
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
-
-def _wrap(func):
-    def run(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except split_plan.PlanError as exc:
-            raise AnsibleFilterError("gpusplit split plan refused:\n- " + "\n- ".join(exc.errors)) from None
-        except render.RenderError as exc:
-            raise AnsibleFilterError(f"gpusplit render refused: {exc}") from None
-
-    run.__name__ = func.__name__
-    run.__doc__ = func.__doc__
-    return run
+REFUSALS = {split_plan.PlanError: "gpusplit split plan", render.RenderError: "gpusplit render"}
 
 
 def gpusplit_plan(facts, host, mode, split=None, mig_strategy="none", exclude_unhealthy=True, node_name=None):
@@ -105,4 +92,4 @@ class FilterModule:
             gpusplit_daemonset_name,
             gpusplit_resolve_plugin_settings,
         )
-        return {f.__name__: _wrap(f) for f in funcs}
+        return wrap_filters(funcs, REFUSALS)

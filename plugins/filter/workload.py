@@ -10,21 +10,10 @@ Every refusal becomes one AnsibleFilterError listing all reasons.
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
 from ansible_collections.gpusplit.k8s.plugins.module_utils import workload
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
-
-def _wrap(func):
-    def run(*args, **kwargs):
-        try:
-            return func(*args, **kwargs)
-        except workload.WorkloadError as exc:
-            raise AnsibleFilterError("gpusplit gang job refused:\n- " + "\n- ".join(exc.errors)) from None
-
-    run.__name__ = func.__name__
-    run.__doc__ = func.__doc__
-    return run
+REFUSALS = {workload.WorkloadError: "gpusplit gang job"}
 
 
 def gpusplit_gang_job(spec, version="1.37"):
@@ -44,7 +33,4 @@ def gpusplit_podgroup_api_version(version):
 
 class FilterModule:
     def filters(self):
-        return {
-            f.__name__: _wrap(f)
-            for f in (gpusplit_gang_job, gpusplit_podgroup, gpusplit_podgroup_api_version)
-        }
+        return wrap_filters((gpusplit_gang_job, gpusplit_podgroup, gpusplit_podgroup_api_version), REFUSALS)

@@ -51,13 +51,9 @@ options:
     description: The server-side apply field manager.
     type: str
     default: gpusplit
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 extends_documentation_fragment:
   - gpusplit.k8s.cluster
+  - gpusplit.k8s.cluster.check_mode_no_diff
 author:
   - gpusplit team
 """

@@ -29,13 +29,9 @@ options:
     description: Keep re-reading for up to this many seconds while any node is in DRIFT.
     type: int
     default: 0
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 extends_documentation_fragment:
   - gpusplit.k8s.cluster
+  - gpusplit.k8s.cluster.check_mode_no_diff
 author:
   - gpusplit team
 """

@@ -31,13 +31,9 @@ options:
     type: list
     elements: str
     default: [nvidia.com/gpu, nvidia.com/mig-]
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
 extends_documentation_fragment:
   - gpusplit.k8s.cluster
+  - gpusplit.k8s.cluster.check_mode_no_diff
 author:
   - gpusplit team
 """

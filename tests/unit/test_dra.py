@@ -826,6 +826,9 @@ def test_device_taint_rule_module_documents_its_arguments():
         "refresh",
         "field_manager",
     }
-    assert doc["extends_documentation_fragment"] == ["gpusplit.k8s.cluster"]  # kubeconfig, context
+    assert doc["extends_documentation_fragment"] == [
+        "gpusplit.k8s.cluster",  # kubeconfig, context
+        "gpusplit.k8s.cluster.check_mode_no_diff",  # attributes
+    ]
     yaml.safe_load(mod.EXAMPLES)
     yaml.safe_load(mod.RETURN)

@@ -1,0 +1,50 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""One way for every gpusplit filter to turn a refusal into an AnsibleFilterError.
+
+A refusal from module_utils is an exception with ``errors`` (a list of messages: the planner,
+DRA, GPU Operator mode, host share, gang jobs) or a plain message. It becomes
+
+    <title> refused:
+    - <message 1>
+    - <message 2>
+
+so that a play stops with every reason at once, and nothing else is caught.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from ansible.errors import AnsibleFilterError
+
+
+def refusal_text(title, exc):
+    errors = getattr(exc, "errors", None)
+    if errors:
+        return f"{title} refused:\n- " + "\n- ".join(str(e) for e in errors)
+    return f"{title} refused: {exc}"
+
+
+def wrap(func, refusals):
+    """``func`` raising AnsibleFilterError for the exception types in ``refusals`` ({type: title}).
+
+    The first matching type (in the order given) names the refusal; a title of None uses the
+    filter's own name.
+    """
+    kinds = tuple(refusals)
+
+    @functools.wraps(func)
+    def run(*args, **kwargs):
+        try:
+            return func(*args, **kwargs)
+        except kinds as exc:
+            title = next(t for k, t in refusals.items() if isinstance(exc, k))
+            raise AnsibleFilterError(refusal_text(title or func.__name__, exc)) from None
+
+    return run
+
+
+def filters(funcs, refusals):
+    """{name: wrapped filter} for a FilterModule."""
+    return {f.__name__: wrap(f, refusals) for f in funcs}
