@@ -89,35 +89,6 @@ def advertised(gpus: list[dict], strategy: str) -> dict[str, int]:
     return out
 
 
-def _expr_matches(expr: dict, labels: dict) -> bool:
-    key, op, values = expr["key"], expr["operator"], expr.get("values") or []
-    if op == "In":
-        return labels.get(key) in values
-    if op == "NotIn":
-        return labels.get(key) not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    return False
-
-
-def targets_node(pod_spec: dict, node: dict) -> bool:
-    labels = node["metadata"].get("labels") or {}
-    selector = pod_spec.get("nodeSelector") or {}
-    if any(labels.get(k) != v for k, v in selector.items()):
-        return False
-    required = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    ) or {}
-    terms = required.get("nodeSelectorTerms") or []
-    if terms and not any(
-        all(_expr_matches(e, labels) for e in (t.get("matchExpressions") or [])) for t in terms
-    ):
-        return False
-    return True
-
-
 class DevicePluginSimulator:
     def __init__(self, interval: float = 2.0):
         self.interval = interval

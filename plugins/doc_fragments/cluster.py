@@ -19,12 +19,3 @@ requirements:
 notes:
   - "Runs where the kubeconfig is, normally the controller (C(delegate_to: localhost), C(run_once))."
 """
-
-    # modules that change nothing on disk (so no diff) and support check mode fully
-    CHECK_MODE_NO_DIFF = r"""
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
-"""

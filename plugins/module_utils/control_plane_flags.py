@@ -39,6 +39,8 @@ import re
 
 import yaml
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils.feature_gates import CatalogError, parse_bool
+
 APISERVER = "kube-apiserver"
 SCHEDULER = "kube-scheduler"
 CONTROLLER_MANAGER = "kube-controller-manager"
@@ -59,9 +61,6 @@ RANCHER_ARG_KEYS = {
 FEATURE_GATES = "feature-gates"
 RUNTIME_CONFIG = "runtime-config"
 
-_TRUE = ("1", "t", "T", "TRUE", "true", "True")
-_FALSE = ("0", "f", "F", "FALSE", "false", "False")
-
 
 class FlagEditError(ValueError):
     """The text cannot be edited safely (unexpected shape, invalid value, failed self-check)."""
@@ -72,14 +71,10 @@ class FlagEditError(ValueError):
 
 
 def _parse_bool(value, what: str) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise FlagEditError(f"invalid value of {what}={value}: not a boolean")
+    try:
+        return parse_bool(value)
+    except CatalogError:
+        raise FlagEditError(f"invalid value of {what}={value}: not a boolean") from None
 
 
 def parse_feature_gates(value: str | None) -> dict[str, bool]:

@@ -251,7 +251,8 @@ def taint_text(taint):
 # node selection (nodeSelector, required node affinity, nodeName)
 
 
-def _expr_matches(expr, labels):
+def requirement_matches(expr, labels):
+    """One NodeSelectorRequirement (In, NotIn, Exists, DoesNotExist, Gt, Lt) against a label map."""
     key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
     if op == "In":
         return key in labels and labels[key] in values
@@ -275,10 +276,10 @@ def _term_matches(term, node):
     if not exprs and not fields:
         return False  # an empty term matches no node
     labels = _meta(node).get("labels") or {}
-    if not all(_expr_matches(e, labels) for e in exprs):
+    if not all(requirement_matches(e, labels) for e in exprs):
         return False
     name_fields = {"metadata.name": _meta(node).get("name")}
-    return all(_expr_matches(f, name_fields) for f in fields)
+    return all(requirement_matches(f, name_fields) for f in fields)
 
 
 def node_selector_matches(selector, node):

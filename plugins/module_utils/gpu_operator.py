@@ -30,6 +30,7 @@ import copy
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils import render, verify
+from ansible_collections.gpusplit.k8s.plugins.module_utils.diagnose import requirement_matches
 from ansible_collections.gpusplit.k8s.plugins.module_utils.split_plan import (
     DEVICE_PLUGIN_MODES,
     MIG_STRATEGIES,
@@ -397,35 +398,16 @@ def _pod_spec(obj):
     return obj.get("spec") or {}
 
 
-def _expr_matches(expr, labels):
-    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-    if op == "In":
-        return labels.get(key) in values
-    if op == "NotIn":
-        return labels.get(key) not in values
-    if op == "Exists":
-        return key in labels
-    if op == "DoesNotExist":
-        return key not in labels
-    if op in ("Gt", "Lt"):
-        try:
-            have, limit = int(labels.get(key)), int(values[0])
-        except (TypeError, ValueError, IndexError):
-            return False
-        return have > limit if op == "Gt" else have < limit
-    return False
-
-
 def _term_may_match(term, node, labels):
     exprs = term.get("matchExpressions") or []
     fields = term.get("matchFields") or []
     if not exprs and not fields:
         return False  # an empty term matches no node
     for expr in exprs:
-        if expr.get("key") in labels and not _expr_matches(expr, labels):
+        if expr.get("key") in labels and not requirement_matches(expr, labels):
             return False
     for field in fields:
-        if field.get("key") == "metadata.name" and not _expr_matches(
+        if field.get("key") == "metadata.name" and not requirement_matches(
             {**field, "key": "name"}, {"name": node}
         ):
             return False

@@ -41,12 +41,8 @@ options:
     description: How many apply requests run at once.
     type: int
     default: 8
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
 extends_documentation_fragment:
+  - gpusplit.k8s.attributes.check_mode_and_diff
   - gpusplit.k8s.cluster
 author:
   - gpusplit team

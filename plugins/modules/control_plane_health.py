@@ -80,11 +80,8 @@ options:
     description: Seconds one HTTP request may take.
     type: float
     default: 5
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - gpusplit.k8s.attributes.check_mode_no_diff
 author:
   - gpusplit contributors
 """

@@ -53,7 +53,7 @@ options:
     default: gpusplit
 extends_documentation_fragment:
   - gpusplit.k8s.cluster
-  - gpusplit.k8s.cluster.check_mode_no_diff
+  - gpusplit.k8s.attributes.check_mode_no_diff
 author:
   - gpusplit team
 """

@@ -58,11 +58,8 @@ options:
     description: Fail when a requested gate or a current flag would stop a component of O(version).
     type: bool
     default: true
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
+extends_documentation_fragment:
+  - gpusplit.k8s.attributes.check_mode_no_diff
 author:
   - gpusplit contributors
 """

@@ -31,7 +31,7 @@ options:
     default: 0
 extends_documentation_fragment:
   - gpusplit.k8s.cluster
-  - gpusplit.k8s.cluster.check_mode_no_diff
+  - gpusplit.k8s.attributes.check_mode_no_diff
 author:
   - gpusplit team
 """

@@ -68,11 +68,8 @@ options:
     description: With O(path), keep a timestamped copy of the file next to it before writing.
     type: bool
     default: false
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
+extends_documentation_fragment:
+  - gpusplit.k8s.attributes.check_mode_and_diff
 author:
   - gpusplit contributors
 """
@@ -138,7 +135,6 @@ backup_file:
 """
 
 import os
-import tempfile
 
 import yaml
 from ansible.module_utils.basic import AnsibleModule
@@ -152,6 +148,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils.feature_gates import 
     runtime_config_problems,
     validate_gates,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils.files import write_atomic
 
 
 def _cluster_config(text: str) -> dict:
@@ -231,16 +228,8 @@ def run(module: AnsibleModule) -> dict:
     if result["changed"] and path and not module.check_mode:
         if p["backup"]:
             result["backup_file"] = module.backup_local(path)
-        module.atomic_move(_write_temp(path, new_text), os.path.realpath(path))
+        write_atomic(module, path, new_text)
     return result
-
-
-def _write_temp(path: str, text: str) -> str:
-    directory = os.path.dirname(os.path.realpath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.gpusplit-", dir=directory)
-    with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-        handle.write(text)
-    return tmp
 
 
 def main():

@@ -66,12 +66,10 @@ seealso:
     description: The library behind both backends.
     link: https://docs.nvidia.com/deploy/nvml-api/index.html
 attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: none
   facts:
     support: full
+extends_documentation_fragment:
+  - gpusplit.k8s.attributes.check_mode_no_diff
 """
 
 EXAMPLES = r"""

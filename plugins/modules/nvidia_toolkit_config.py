@@ -63,11 +63,8 @@ notes:
   - Under the GPU Operator the toolkit container keeps its own copy of the file; set the same keys through the
     ClusterPolicy C(toolkit.env) there (C(ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED),
     C(ACCEPT_NVIDIA_VISIBLE_DEVICES_AS_VOLUME_MOUNTS)).
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
+extends_documentation_fragment:
+  - gpusplit.k8s.attributes.check_mode_and_diff
 """
 
 EXAMPLES = r"""
@@ -118,11 +115,11 @@ changes:
 
 import os
 import shutil
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils.files import write_atomic
 from ansible_collections.gpusplit.k8s.plugins.module_utils.toolkit_config import (
     DEFAULT_PATH,
     HARDENING_SETTINGS,
@@ -144,22 +141,6 @@ def backup_name(path, now=None):
         candidate = f"{path}.gpusplit-{stamp}.{n}.bak"
         n += 1
     return candidate
-
-
-def write_atomic(module, path, text, new_file):
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.gpusplit-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        if new_file:
-            os.chmod(tmp, 0o644)
-        module.atomic_move(tmp, path)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def run(module):

@@ -76,11 +76,8 @@ options:
   container:
     description: Container whose command is edited; default the one named like the pod, else the first.
     type: str
-attributes:
-  check_mode:
-    support: full
-  diff_mode:
-    support: full
+extends_documentation_fragment:
+  - gpusplit.k8s.attributes.check_mode_and_diff
 author:
   - gpusplit contributors
 """
@@ -157,7 +154,6 @@ validation_warnings:
 
 import os
 import shutil
-import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -172,6 +168,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils.feature_gates import 
     runtime_config_problems,
     validate_gates,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils.files import write_atomic
 
 
 def _inside(child: str, parent: str) -> bool:
@@ -192,21 +189,6 @@ def check_backup_dir(backup_dir: str | None, manifest: str) -> str | None:
             f"{os.path.basename(manifest)} pod"
         )
     return None
-
-
-def write_atomic(module: AnsibleModule, path: str, text: str):
-    """Write ``text`` over ``path`` via a dot-file in the same directory and an atomic rename."""
-    directory = os.path.dirname(os.path.realpath(path))
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.gpusplit-", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        module.atomic_move(tmp, os.path.realpath(path))
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
 
 
 def run(module: AnsibleModule) -> dict:

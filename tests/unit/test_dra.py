@@ -828,7 +828,7 @@ def test_device_taint_rule_module_documents_its_arguments():
     }
     assert doc["extends_documentation_fragment"] == [
         "gpusplit.k8s.cluster",  # kubeconfig, context
-        "gpusplit.k8s.cluster.check_mode_no_diff",  # attributes
+        "gpusplit.k8s.attributes.check_mode_no_diff",
     ]
     yaml.safe_load(mod.EXAMPLES)
     yaml.safe_load(mod.RETURN)
