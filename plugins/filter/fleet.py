@@ -3,6 +3,7 @@
 {{ hostvars | gpusplit.k8s.gpusplit_fleet_input(ansible_play_hosts) }}
 {{ plan | gpusplit.k8s.gpusplit_verify(nodes, pods, hostvars | gpusplit.k8s.gpusplit_fleet_facts(hosts)) }}
 {{ report | gpusplit.k8s.gpusplit_report_table }}
+{{ hostvars | gpusplit.k8s.gpusplit_inventory_nodes(groups['all']) }}
 """
 
 from __future__ import annotations
@@ -40,6 +41,11 @@ def gpusplit_fleet_input(hostvars, hosts):
     return out
 
 
+def gpusplit_inventory_nodes(hostvars, hosts):
+    """The Kubernetes node name of every inventory host (gpusplit_node_name, else the host name)."""
+    return [str(hostvars[h].get("gpusplit_node_name") or h) for h in hosts]
+
+
 def gpusplit_fleet_facts(hostvars, hosts):
     """{host: nvidia_gpus} for the hosts that have GPU facts."""
     out = {}
@@ -70,6 +76,7 @@ class FilterModule:
         return {
             "gpusplit_fleet_input": gpusplit_fleet_input,
             "gpusplit_fleet_facts": gpusplit_fleet_facts,
+            "gpusplit_inventory_nodes": gpusplit_inventory_nodes,
             "gpusplit_verify": gpusplit_verify,
             "gpusplit_report_table": gpusplit_report_table,
             "gpusplit_unmanaged_plugins": gpusplit_unmanaged_plugins,

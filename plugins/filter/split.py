@@ -4,6 +4,7 @@
     {{ fleet_input | gpusplit.k8s.gpusplit_fleet_plan }}
     {{ fleet_plan | gpusplit.k8s.gpusplit_render_daemonsets(settings) }}
     {{ fleet_plan | gpusplit.k8s.gpusplit_plan_table }}
+    {{ fleet_plan | gpusplit.k8s.gpusplit_prune_scope(base_selector, hostvars | gpusplit.k8s.gpusplit_inventory_nodes(groups['all'])) }}
 
 Every refusal of the planner becomes one AnsibleFilterError listing all messages.
 """
@@ -34,6 +35,11 @@ def gpusplit_plan_table(plan):
 def gpusplit_render_daemonsets(plan, settings=None):
     """The per-node split device plugin DaemonSets of a fleet plan (or node plan / list)."""
     return render.render_daemonsets(plan, settings)
+
+
+def gpusplit_prune_scope(plan, base_selector, inventory_nodes):
+    """{selector, kept}: prune only nodes this run planned or that left the inventory."""
+    return render.prune_scope(base_selector, plan, inventory_nodes)
 
 
 def gpusplit_render_fleet(plan, settings=None):
@@ -84,6 +90,7 @@ class FilterModule:
             gpusplit_plan_table,
             gpusplit_render_daemonsets,
             gpusplit_render_fleet,
+            gpusplit_prune_scope,
             gpusplit_render_daemonset,
             gpusplit_node_labels,
             gpusplit_node_taints,

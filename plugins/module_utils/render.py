@@ -129,6 +129,25 @@ def label_value(value):
     return f"{clean}-{digest}" if clean else digest
 
 
+def prune_scope(base_selector, plan, inventory_nodes):
+    """Which of gpusplit's per-node objects (split DaemonSets, host-share DeviceTaintRules) a run may prune.
+
+    A run decides about the nodes in its plan and about nodes gone from the inventory. A node that
+    is still in the inventory but not in the plan (left out by ``--limit``, unreachable, failed
+    discovery) keeps its objects: pruning them would hand its host GPUs to pods, or take its GPUs
+    away from Kubernetes, without anyone having asked. Returns {"selector": the label selector
+    for the prune (``base_selector`` plus ``gpusplit.io/node notin (...)``), "kept": node names}.
+    """
+    from ansible_collections.gpusplit.k8s.plugins.module_utils.split_plan import node_plans
+
+    planned = {p["node"] for p in node_plans(plan)}
+    kept = sorted({str(n) for n in inventory_nodes or [] if str(n) not in planned})
+    if not kept:
+        return {"selector": base_selector, "kept": []}
+    values = ",".join(sorted({label_value(n) for n in kept}))
+    return {"selector": f"{base_selector},{LABEL_NODE} notin ({values})", "kept": kept}
+
+
 def daemonset_name(node):
     """``gpusplit-dp-<node>``, DNS-1123 and at most 63 characters."""
     return dns_label_name(DAEMONSET_PREFIX, node)

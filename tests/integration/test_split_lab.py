@@ -157,6 +157,40 @@ def test_removed_host_has_its_daemonset_pruned(split, kubectl, tmp_path):
     )
 
 
+def test_limit_leaves_the_daemonsets_of_hosts_outside_the_run_alone(split, kubectl, tmp_path):
+    """--limit (or an unreachable host) plans fewer hosts: the others' plugins must not be pruned."""
+    run_playbook("site.yml")  # every node as the inventory says again
+    before = {n: d["metadata"]["resourceVersion"] for n, d in plugin_daemonsets(kubectl).items()}
+    assert len(before) == 4
+
+    def edit(hosts):
+        hosts["lab-ws-01"]["gpusplit_split"] = {"host_count": 0}
+
+    try:
+        proc = run_playbook("split.yml", inventory_copy(tmp_path, edit), "--limit", "lab-ws-01,localhost")
+        after = {n: d["metadata"]["resourceVersion"] for n, d in plugin_daemonsets(kubectl).items()}
+        assert sorted(after) == sorted(before)
+        assert [n for n in before if before[n] != after[n]] == ["gpusplit-dp-lab-ws-01"]
+        text = " ".join(proc.stdout.split())
+        assert "inventory host(s) not planned in this run" in text
+        assert "lab-dgx-01" in text.split("not planned in this run", 1)[1]
+        kubectl.wait_for(
+            lambda: (
+                kubectl.json("get", "node", "lab-ws-01")["status"]["allocatable"]["nvidia.com/gpu"] == "2"
+            ),
+            what="lab-ws-01 to advertise both GPUs",
+        )
+        assert kubectl.json("get", "node", "lab-dgx-01")["status"]["allocatable"]["nvidia.com/gpu"] == "6"
+    finally:
+        run_playbook("site.yml")  # lab-ws-01 back to its inventory split for the tests after this one
+        kubectl.wait_for(
+            lambda: (
+                kubectl.json("get", "node", "lab-ws-01")["status"]["allocatable"]["nvidia.com/gpu"] == "1"
+            ),
+            what="lab-ws-01 back to one Kubernetes GPU",
+        )
+
+
 def test_bad_split_is_refused_before_anything_changes(split, kubectl, tmp_path):
     before = {n: d["metadata"]["resourceVersion"] for n, d in plugin_daemonsets(kubectl).items()}
 

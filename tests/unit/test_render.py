@@ -572,3 +572,18 @@ def test_filter_plugin_exposes_the_functions_and_wraps_errors():
     assert "h1: mode 'all' is not one of" in str(exc.value)
     with pytest.raises(AnsibleFilterError, match="settings.hardening"):
         filters["gpusplit_render_daemonsets"](plan, {"hardening": "x"})
+
+
+def test_prune_scope_keeps_nodes_outside_the_run():
+    plan = fleet()
+    planned = [p["node"] for p in plan["nodes"].values()]
+    base = "app.kubernetes.io/managed-by=gpusplit"
+    # every inventory host planned: the plain selector, nothing kept
+    assert render.prune_scope(base, plan, planned) == {"selector": base, "kept": []}
+    # a host left out by --limit (or unreachable) keeps its objects; a long node name is matched
+    # by the label value its objects carry
+    long_name = "rack-42-" + "x" * 70
+    out = render.prune_scope(base, plan, [*planned, "gpu-z", long_name])
+    assert out["kept"] == ["gpu-z", long_name]
+    assert out["selector"] == f"{base},gpusplit.io/node notin (gpu-z,{render.label_value(long_name)})"
+    assert len(render.label_value(long_name)) <= 63
