@@ -100,15 +100,51 @@ def is_subset(desired, live):
     return desired == live
 
 
-def decide(desired_objects, live_index):
-    """Split desired objects into create / update / unchanged against the live index."""
+def owned_fields(live, field_manager):
+    """The fieldsV1 that ``field_manager`` owns on ``live`` through server-side apply ({} if none)."""
+    for entry in (live.get("metadata") or {}).get("managedFields") or []:
+        if entry.get("manager") == field_manager and entry.get("operation") == "Apply":
+            return entry.get("fieldsV1") or {}
+    return {}
+
+
+def stopped_sending(desired, fields, path=""):
+    """Paths of map fields the manager owns (``fields``, fieldsV1) that ``desired`` no longer has.
+
+    Applying ``desired`` removes such a field (a label gpusplit stopped setting, say), so an
+    object whose live state merely contains ``desired`` still needs the apply. Items of lists
+    (``k:``/``v:`` entries) are left to the list comparison of is_subset.
+    """
+    out = []
+    if not isinstance(fields, dict) or not isinstance(desired, dict):
+        return out
+    for key, sub in fields.items():
+        if not key.startswith("f:"):
+            continue
+        name = key[2:]
+        where = f"{path}.{name}" if path else name
+        if name not in desired:
+            out.append(where)
+        else:
+            out.extend(stopped_sending(desired[name], sub, where))
+    return out
+
+
+def decide(desired_objects, live_index, field_manager=None):
+    """Split desired objects into create / update / unchanged against the live index.
+
+    With ``field_manager``, a live object that contains every desired field but still carries a
+    field this manager applied earlier and no longer sends is an update (the apply removes it).
+    """
     create, update, unchanged = [], [], []
     for obj in desired_objects:
         key = object_key(obj)
         live = live_index.get(key)
         if live is None:
             create.append(obj)
-        elif is_subset(obj, live):
+        elif is_subset(obj, live) and not (
+            field_manager and stopped_sending(obj, owned_fields(live, field_manager))
+        ):
             unchanged.append(obj)
         else:
             update.append(obj)
@@ -251,7 +287,7 @@ def run(cluster, objects, field_manager="gpusplit", prune=None, check_mode=False
                 f"prune selector for {spec.get('kind')} must include {MANAGED_BY} so that only owned objects are deleted"
             )
     live = cluster.live_for(objects)
-    plan = decide(objects, live)
+    plan = decide(objects, live, field_manager)
     changed_objs = plan["create"] + plan["update"]
     results = cluster.apply_many(
         changed_objs, field_manager, force=force, dry_run=check_mode, parallel=parallel

@@ -104,3 +104,24 @@ def test_bad_input_is_refused_before_any_request(ns):
             cluster, [dup], prune=[{"api_version": "v1", "kind": "ConfigMap", "label_selector": "t=apply"}]
         )
     assert cluster.writes == 0
+
+
+def test_a_label_no_longer_sent_is_removed_and_a_label_of_others_stays(ns, kubectl):
+    """A field gpusplit applied earlier and stops sending goes away; what others set stays."""
+    cluster = k8s_apply.Cluster(str(C.KUBECONFIG))
+    first = configmap(ns, "labels", {"k": "v"})
+    first["metadata"]["labels"]["gpusplit.io/mode"] = "gpu_operator"
+    k8s_apply.run(cluster, [first])
+    kubectl("-n", ns, "label", "configmap", "labels", "someone-else=keep")  # another manager's label
+
+    second = configmap(ns, "labels", {"k": "v"})  # gpusplit.io/mode no longer sent
+    result = k8s_apply.run(cluster, [second])
+    assert result["updated"] == [k8s_apply.key_text(k8s_apply.object_key(second))], result
+    labels = kubectl.json("-n", ns, "get", "configmap", "labels")["metadata"]["labels"]
+    assert "gpusplit.io/mode" not in labels
+    assert labels["someone-else"] == "keep"
+
+    before = writes_to(kubectl, "configmaps")
+    again = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), [second])
+    assert again["changed"] is False and again["unchanged"] == 1
+    assert writes_to(kubectl, "configmaps") == before
