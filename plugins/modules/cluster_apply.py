@@ -9,7 +9,8 @@ version_added: "0.1.0"
 description:
   - Applies a list of Kubernetes objects with server-side apply under one field manager, in one
     module run (one LIST per kind, then a PATCH only for objects whose live state lacks a desired
-    field). A re-run against an unchanged cluster sends no write request at all.
+    field, or still has a field this field manager applied before and no longer sends; the apply
+    removes that field). A re-run against an unchanged cluster sends no write request at all.
   - Optionally prunes objects that carry the ownership label C(app.kubernetes.io/managed-by)
     but are no longer in the desired list (for example the device-plugin DaemonSet of a node
     that is no longer split).
@@ -69,7 +70,7 @@ created:
   type: list
   elements: str
 updated:
-  description: Objects whose live state lacked a desired field and were applied.
+  description: Objects whose live state lacked a desired field, or kept a field gpusplit no longer sends, and were applied.
   returned: always
   type: list
   elements: str
