@@ -168,10 +168,21 @@ def supervise() -> None:
         plugin = DevicePluginSimulator()
     except Exception as exc:  # the simulator is optional for the control plane itself
         print(f"device plugin simulator unavailable: {exc}", flush=True)
+    by_name = {c.name: c for c in comps}
+    apiserver_seen = None
     try:
         while not stopping:
             for comp in comps:
                 comp.step()
+            # kwok (the simulated kubelets) can keep a dead pod watch after the apiserver went away
+            # and never start the pods bound afterwards; a real kubelet relists. Start kwok afresh
+            # whenever the apiserver was restarted, as a kubelet would resync.
+            api = by_name["kube-apiserver"]
+            now_seen = (api.generation, api.restarts)
+            if apiserver_seen is not None and now_seen != apiserver_seen:
+                print("lab: kube-apiserver restarted; restarting kwok to resync its watches", flush=True)
+                by_name["kwok"].stop()
+            apiserver_seen = now_seen
             tmp = STATE.with_suffix(".tmp")
             tmp.write_text(json.dumps({c.name: c.state() for c in comps}, indent=1))
             tmp.replace(STATE)

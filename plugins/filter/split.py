@@ -42,6 +42,16 @@ def gpusplit_prune_scope(plan, base_selector, inventory_nodes):
     return render.prune_scope(base_selector, plan, inventory_nodes)
 
 
+def gpusplit_departed_nodes(live_nodes, plan, inventory_nodes):
+    """Live nodes with gpusplit's labels whose host is gone from the inventory."""
+    return render.departed_nodes(live_nodes, plan, inventory_nodes)
+
+
+def gpusplit_release_patches(names):
+    """Node objects that, applied, take gpusplit's labels off those nodes."""
+    return render.render_release_patches(names)
+
+
 def gpusplit_render_fleet(plan, settings=None):
     """Namespace (when not kube-system) + the DaemonSets, in apply order."""
     return render.render_fleet(plan, settings)
@@ -91,6 +101,8 @@ class FilterModule:
             gpusplit_render_daemonsets,
             gpusplit_render_fleet,
             gpusplit_prune_scope,
+            gpusplit_departed_nodes,
+            gpusplit_release_patches,
             gpusplit_render_daemonset,
             gpusplit_node_labels,
             gpusplit_node_taints,

@@ -148,6 +148,30 @@ def prune_scope(base_selector, plan, inventory_nodes):
     return {"selector": f"{base_selector},{LABEL_NODE} notin ({values})", "kept": kept}
 
 
+def departed_nodes(live_nodes, plan, inventory_nodes):
+    """Names of live nodes that carry gpusplit's labels but whose host left the inventory.
+
+    Nodes in the plan get their labels from render_node_patches; nodes of inventory hosts outside
+    this run are left alone (see prune_scope). What is left are nodes gpusplit labelled once and
+    nobody plans any more.
+    """
+    from ansible_collections.gpusplit.k8s.plugins.module_utils.split_plan import node_plans
+
+    keep = {p["node"] for p in node_plans(plan)} | {str(n) for n in inventory_nodes or []}
+    out = []
+    for node in live_nodes or []:
+        meta = node.get("metadata") or {}
+        if LABEL_SPLIT in (meta.get("labels") or {}) and meta.get("name") not in keep:
+            out.append(meta["name"])
+    return sorted(out)
+
+
+def render_release_patches(names):
+    """Node objects carrying nothing of gpusplit's: applied under gpusplit's field manager, they
+    take away every label and annotation gpusplit set there (labels others set stay)."""
+    return [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": str(n)}} for n in names]
+
+
 def daemonset_name(node):
     """``gpusplit-dp-<node>``, DNS-1123 and at most 63 characters."""
     return dns_label_name(DAEMONSET_PREFIX, node)

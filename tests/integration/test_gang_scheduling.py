@@ -201,7 +201,8 @@ def test_gang_of_four_is_scheduled_together_once_four_gpus_are_free(gang, kubect
     assert per_node == dict.fromkeys(gang["nodes"], 2)
     kubectl.wait_for(
         lambda: all(p["status"]["phase"] == "Running" for p in pods(kubectl, gang, "train")),
-        timeout=60,
+        # kwok's watches may still be reconnecting after the GenericWorkload rollout restarted the apiserver
+        timeout=180,
         what="kwok to run the four members",
     )
     group = kubectl.json("-n", gang["ns"], "get", "podgroups.scheduling.k8s.io", "train")

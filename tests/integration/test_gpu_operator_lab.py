@@ -353,7 +353,15 @@ def operator(lab, kubectl, core_api, tmp_path_factory):
     try:
         if created_crd:
             kubectl("apply", "--server-side", "--field-manager=gpusplit-test", "-f", str(CRD_FILE))
-        kubectl("wait", "--for=condition=Established", f"crd/{CRD_NAME}", "--timeout=60s")
+        # not `kubectl wait`: it errors out instead of waiting while a new CRD has no conditions yet
+        kubectl.wait_for(
+            lambda: any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in kubectl.json("get", "crd", CRD_NAME).get("status", {}).get("conditions") or []
+            ),
+            timeout=60,
+            what=f"CRD {CRD_NAME} to be Established",
+        )
         kubectl.namespace(NS)
         for name, fixture in FIXTURE_OF.items():
             labnodes.ensure_node(core_api, name, fixture)

@@ -151,6 +151,14 @@ def test_removed_host_has_its_daemonset_pruned(split, kubectl, tmp_path):
     run_playbook("split.yml", inv)
     assert "gpusplit-dp-lab-h200-01" not in plugin_daemonsets(kubectl)
     assert "gpusplit-dp-lab-dgx-01" in plugin_daemonsets(kubectl)
+    # the node of the removed host loses gpusplit's labels and annotation; the lab's own label stays
+    meta = kubectl.json("get", "node", "lab-h200-01")["metadata"]
+    assert not [
+        k for k in meta.get("labels", {}) if k.startswith("gpusplit.io/") and k != "gpusplit.io/lab-fixture"
+    ]
+    assert "gpusplit.io/host" not in (meta.get("annotations") or {})
+    assert meta["labels"]["gpusplit.io/lab-fixture"] == "h200"
+    assert kubectl.json("get", "node", "lab-dgx-01")["metadata"]["labels"]["gpusplit.io/split"] == "true"
     kubectl.wait_for(
         lambda: kubectl.json("get", "node", "lab-h200-01")["status"]["allocatable"]["nvidia.com/gpu"] == "0",
         what="the pruned node to stop advertising",

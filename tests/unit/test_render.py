@@ -587,3 +587,22 @@ def test_prune_scope_keeps_nodes_outside_the_run():
     assert out["kept"] == ["gpu-z", long_name]
     assert out["selector"] == f"{base},gpusplit.io/node notin (gpu-z,{render.label_value(long_name)})"
     assert len(render.label_value(long_name)) <= 63
+
+
+def test_departed_nodes_are_labelled_nodes_nobody_plans_or_lists():
+    plan = fleet()
+    planned = [p["node"] for p in plan["nodes"].values()]
+
+    def live(name, labels):
+        return {"metadata": {"name": name, "labels": labels}}
+
+    nodes = [
+        live(planned[0], {"gpusplit.io/split": "true"}),  # planned: relabelled by the run
+        live("gpu-outside", {"gpusplit.io/split": "true"}),  # in the inventory, not in this run
+        live("gpu-gone", {"gpusplit.io/split": "false"}),  # host removed from the inventory
+        live("cpu-1", {}),  # never labelled by gpusplit
+    ]
+    assert render.departed_nodes(nodes, plan, [*planned, "gpu-outside"]) == ["gpu-gone"]
+    assert render.render_release_patches(["gpu-gone"]) == [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-gone"}}
+    ]
