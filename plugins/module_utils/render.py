@@ -138,8 +138,6 @@ def prune_scope(base_selector, plan, inventory_nodes):
     away from Kubernetes, without anyone having asked. Returns {"selector": the label selector
     for the prune (``base_selector`` plus ``gpusplit.io/node notin (...)``), "kept": node names}.
     """
-    from ansible_collections.gpusplit.k8s.plugins.module_utils.split_plan import node_plans
-
     planned = {p["node"] for p in node_plans(plan)}
     kept = sorted({str(n) for n in inventory_nodes or [] if str(n) not in planned})
     if not kept:
@@ -155,8 +153,6 @@ def departed_nodes(live_nodes, plan, inventory_nodes):
     this run are left alone (see prune_scope). What is left are nodes gpusplit labelled once and
     nobody plans any more.
     """
-    from ansible_collections.gpusplit.k8s.plugins.module_utils.split_plan import node_plans
-
     keep = {p["node"] for p in node_plans(plan)} | {str(n) for n in inventory_nodes or []}
     out = []
     for node in live_nodes or []:

@@ -27,6 +27,7 @@ from types import SimpleNamespace
 import dra_harness as harness
 import pytest
 import yaml
+from ansible_output import recap
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils import dra
 
@@ -90,15 +91,6 @@ LAB_DOWN = re.compile(
 
 def lab_ready():
     return harness.get("v1", "Namespace", "default") is not None  # harness.get waits for the API server
-
-
-def recap(output):
-    out = {}
-    for line in output.split("PLAY RECAP", 1)[1].splitlines():
-        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
-        if m:
-            out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return out
 
 
 def write_inventory(path, hosts):

@@ -24,13 +24,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import time
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_output import ansible_playbook, changed_tasks, recap
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
@@ -163,43 +163,15 @@ def api_ready(kubectl, timeout=180):
 
 
 def run_playbook(kubectl, playbook, inventory, *extra, check=True):
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     for attempt in range(4):
         api_ready(kubectl)
-        proc = subprocess.run(
-            ["ansible-playbook", "-i", str(inventory), str(ROOT / "playbooks" / playbook), *extra],
-            capture_output=True,
-            text=True,
-            cwd=ROOT,
-            env=env,
-            timeout=600,
-        )
+        proc = ansible_playbook(playbook, inventory, *extra)
         if proc.returncode == 0 or attempt == 3 or not any(s in proc.stdout + proc.stderr for s in API_DOWN):
             break
         time.sleep(5)  # the apiserver went away during the run: run it again once it is back
     if check and proc.returncode != 0:
         raise AssertionError(f"{playbook} failed:\n{proc.stdout[-8000:]}\n{proc.stderr[-3000:]}")
     return proc
-
-
-def recap(output):
-    out = {}
-    for line in output.split("PLAY RECAP", 1)[1].splitlines():
-        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
-        if m:
-            out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return out
-
-
-def changed_tasks(output):
-    """'TASK [...] -> host' for every task that reported changed."""
-    out, task = [], None
-    for line in output.splitlines():
-        if line.startswith("TASK ["):
-            task = line.split("]", 1)[0][6:]
-        elif line.startswith("changed: ["):
-            out.append(f"{task} -> {line[10:].split(']', 1)[0]}")
-    return out
 
 
 def clusterpolicy_writes(kubectl):

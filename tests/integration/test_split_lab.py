@@ -8,15 +8,14 @@ would let the plugin container see).
 from __future__ import annotations
 
 import json
-import os
 import re
 import shutil
-import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
+from ansible_output import ansible_playbook, recap
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
@@ -25,27 +24,10 @@ WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
 
 
 def run_playbook(playbook: str, inventory: Path = INVENTORY, *extra: str, check: bool = True):
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.run(
-        ["ansible-playbook", "-i", str(inventory), str(ROOT / "playbooks" / playbook), *extra],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=600,
-    )
+    proc = ansible_playbook(playbook, inventory, *extra)
     if check and proc.returncode != 0:
         raise AssertionError(f"{playbook} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-3000:]}")
     return proc
-
-
-def recap(output: str) -> dict[str, dict[str, int]]:
-    out = {}
-    for line in output.split("PLAY RECAP", 1)[1].splitlines():
-        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
-        if m:
-            out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return out
 
 
 def writes(kubectl, resources=("daemonsets", "nodes", "namespaces")) -> int:

@@ -1,0 +1,46 @@
+"""Running ansible-playbook in the lab tests and reading its text output, once for every test module."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def ansible_playbook(
+    playbook: str, inventory, *extra: str, timeout: int = 600
+) -> subprocess.CompletedProcess:
+    """playbooks/<playbook> against ``inventory`` with the repository's ansible.cfg, no colour."""
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
+    return subprocess.run(
+        ["ansible-playbook", "-i", str(inventory), str(ROOT / "playbooks" / playbook), *extra],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+    )
+
+
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP as {host: {ok, changed, unreachable, failed, skipped, rescued, ignored}}."""
+    out = {}
+    for line in output.split("PLAY RECAP", 1)[1].splitlines():
+        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
+        if m:
+            out[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return out
+
+
+def changed_tasks(output: str) -> list[str]:
+    """'TASK [...] -> host' for every task that reported changed."""
+    out, task = [], None
+    for line in output.splitlines():
+        if line.startswith("TASK ["):
+            task = line.split("]", 1)[0][6:]
+        elif line.startswith("changed: ["):
+            out.append(f"{task} -> {line[10:].split(']', 1)[0]}")
+    return out
