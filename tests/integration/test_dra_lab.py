@@ -323,6 +323,27 @@ def test_rules_are_pruned_when_the_plan_changes(ctx):
     assert f"gpusplit-host-{WS}-gpu-1" in our_rules()
 
 
+def test_limit_leaves_the_rules_of_hosts_outside_the_run_alone(ctx):
+    """--limit plans fewer hosts: the rules of inventory hosts outside the run must stay as they are."""
+    before = {n: r["metadata"]["resourceVersion"] for n, r in our_rules().items()}
+    assert f"gpusplit-host-{WS}-gpu-1" in before
+    hosts = json.loads(json.dumps(HOSTS))
+    hosts[DGX]["gpusplit_split"] = {"host_count": 1}
+    changed = write_inventory(ctx.base / "inventory-dgx1", hosts)
+    try:
+        run_playbook(
+            ctx, "dra.yml", "-e", "gpusplit_dra_driver_install=false", "--limit", f"{DGX},localhost", inventory=changed
+        )
+        after = {n: r["metadata"]["resourceVersion"] for n, r in our_rules().items()}
+        # the dgx lost its second host GPU; the workstation, not in this run, kept its rule untouched
+        assert sorted(after) == [f"gpusplit-host-{DGX}-gpu-0", f"gpusplit-host-{WS}-gpu-1"]
+        assert after[f"gpusplit-host-{WS}-gpu-1"] == before[f"gpusplit-host-{WS}-gpu-1"]
+        assert after[f"gpusplit-host-{DGX}-gpu-0"] == before[f"gpusplit-host-{DGX}-gpu-0"]
+    finally:
+        run_playbook(ctx, "dra.yml", "-e", "gpusplit_dra_driver_install=false")
+    assert sorted(our_rules()) == sorted(before)
+
+
 # --------------------------------------------------------------------------------------------
 # (2) the real scheduler never allocates a host-share device
 
