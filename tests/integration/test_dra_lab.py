@@ -332,7 +332,13 @@ def test_limit_leaves_the_rules_of_hosts_outside_the_run_alone(ctx):
     changed = write_inventory(ctx.base / "inventory-dgx1", hosts)
     try:
         run_playbook(
-            ctx, "dra.yml", "-e", "gpusplit_dra_driver_install=false", "--limit", f"{DGX},localhost", inventory=changed
+            ctx,
+            "dra.yml",
+            "-e",
+            "gpusplit_dra_driver_install=false",
+            "--limit",
+            f"{DGX},localhost",
+            inventory=changed,
         )
         after = {n: r["metadata"]["resourceVersion"] for n, r in our_rules().items()}
         # the dgx lost its second host GPU; the workstation, not in this run, kept its rule untouched
