@@ -303,14 +303,40 @@ def matches_node(pod, node):
     return True
 
 
+def _required_affinity(pod):
+    """The pod's required node affinity (a NodeSelector), or None."""
+    return ((_spec(pod).get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+
+
+def expression_text(expr):
+    """One NodeSelectorRequirement as people write it: ``key In [a, b]``, ``key Exists``, ``key Gt 4``."""
+    key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+    if op in ("Exists", "DoesNotExist"):
+        return f"{key} {op}"
+    if op in ("Gt", "Lt"):
+        return f"{key} {op} {values[0] if values else '(no value)'}"
+    return f"{key} {op} [{', '.join(str(v) for v in values)}]"
+
+
+def term_text(term):
+    """One NodeSelectorTerm: its expressions and fields joined by AND."""
+    exprs = [expression_text(e) for e in term.get("matchExpressions") or []]
+    exprs += [f"field {expression_text(f)}" for f in term.get("matchFields") or []]
+    return " AND ".join(exprs) or "(empty term)"
+
+
 def selector_text(pod):
     spec = _spec(pod)
     parts = [f"{k}={v}" for k, v in sorted((spec.get("nodeSelector") or {}).items())]
-    required = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution"
-    )
+    required = _required_affinity(pod)
     if required:
-        parts.append(f"{len(required.get('nodeSelectorTerms') or [])} required node-affinity term(s)")
+        terms = required.get("nodeSelectorTerms") or []
+        texts = [term_text(t) for t in terms]
+        if len(texts) > 1:
+            texts = [f"({t})" for t in texts]
+        parts.append("required nodeAffinity: " + (" OR ".join(texts) or "no terms"))
     if spec.get("nodeName"):
         parts.append(f"nodeName={spec['nodeName']}")
     return ", ".join(parts) or "(none)"
@@ -333,6 +359,168 @@ def _selector_hints(pod, nodes):
         else:
             hints.append(f"no node has the label {key}")
     return hints
+
+
+UNSET = "<unset>"
+_HINT_VALUES = 8  # label values shown per failing expression
+_HINT_NODES = 3  # node names shown per value
+
+
+def gpu_nodes(cl, requests, claims):
+    """The nodes that could give the pod its GPUs, ignoring its node selection.
+
+    Those advertising a resource the pod requests; for a DRA pod those a published device can
+    reach; else those advertising any GPU resource. Empty when the cluster has none.
+    """
+    if requests:
+        found = [n for n in cl.nodes if any(cl.allocatable(n, r) for r in requests)]
+        if found:
+            return found
+    if claims:
+        found = [n for n in cl.nodes if any(cl.dra.reachable(d, n) for d in cl.dra.devices)]
+        if found:
+            return found
+    return [
+        n
+        for n in cl.nodes
+        if any(
+            is_gpu_resource(r, cl.prefixes) and _qty_int(v)
+            for r, v in (_status(n).get("allocatable") or {}).items()
+        )
+    ]
+
+
+def _values_by_node(expr, nodes, field=False):
+    """[{value, nodes}] of the expression's key on ``nodes`` (value None: the label is not set)."""
+    groups = {}
+    for n in nodes:
+        name = _meta(n).get("name")
+        if field:
+            value = name if expr.get("key") == "metadata.name" else None
+        else:
+            value = (_meta(n).get("labels") or {}).get(expr.get("key"))
+        groups.setdefault(value, []).append(name)
+    order = sorted((v for v in groups if v is not None), key=str) + ([None] if None in groups else [])
+    return [{"value": v, "nodes": groups[v]} for v in order]
+
+
+def _values_text(groups, field=False):
+    if field:
+        names = [n for g in groups for n in g["nodes"]]
+        shown = names[: _HINT_VALUES * _HINT_NODES]
+        return ", ".join(shown) + (f", +{len(names) - len(shown)} more" if len(names) > len(shown) else "")
+    parts = []
+    for g in groups[:_HINT_VALUES]:
+        names = g["nodes"][:_HINT_NODES]
+        more = len(g["nodes"]) - len(names)
+        label = UNSET if g["value"] is None else (g["value"] or '""')
+        parts.append(f"{label} ({', '.join(names)}{f', +{more} more' if more > 0 else ''})")
+    if len(groups) > _HINT_VALUES:
+        parts.append(f"+{len(groups) - _HINT_VALUES} more value(s)")
+    return ", ".join(parts)
+
+
+def affinity_hints(pod, scope_nodes, scope):
+    """Why the required node affinity matches none of ``scope_nodes`` (called ``scope`` in the text).
+
+    ([hint text], {scope, nodes, terms: [{term, text, met_by, failing: [...]}]}): per term, each
+    expression (or field) that fails on at least one of the nodes, on how many, and the value of
+    its key on every one of them. A term met by some of the nodes is named too (then something
+    else, the nodeSelector, rules those nodes out). None when the pod has no required affinity.
+    """
+    required = _required_affinity(pod)
+    if not required:
+        return [], None
+    terms = required.get("nodeSelectorTerms") or []
+    names = [_meta(n).get("name") for n in scope_nodes]
+    detail = {"scope": scope, "nodes": names, "terms": []}
+    if not terms:
+        return ["required nodeAffinity has no nodeSelectorTerms: it matches no node"], detail
+    hints = []
+    for i, term in enumerate(terms, 1):
+        label = f"nodeAffinity term {i}" if len(terms) > 1 else "nodeAffinity"
+        entry = {"term": i, "text": term_text(term), "met_by": [], "failing": []}
+        detail["terms"].append(entry)
+        exprs = [(e, False) for e in term.get("matchExpressions") or []]
+        exprs += [(f, True) for f in term.get("matchFields") or []]
+        if not exprs:
+            hints.append(f"{label} is empty: an empty term matches no node")
+            continue
+        entry["met_by"] = [_meta(n).get("name") for n in scope_nodes if _term_matches(term, n)]
+        if entry["met_by"]:
+            shown = ", ".join(entry["met_by"][:_HINT_NODES])
+            more = len(entry["met_by"]) - _HINT_NODES
+            hints.append(
+                f"{label} ({entry['text']}) is met by {scope} {shown}{f', +{more} more' if more > 0 else ''}"
+            )
+        for expr, field in exprs:
+            if field:
+                failing = [
+                    _meta(n).get("name")
+                    for n in scope_nodes
+                    if not requirement_matches(expr, {"metadata.name": _meta(n).get("name")})
+                ]
+            else:
+                failing = [
+                    _meta(n).get("name")
+                    for n in scope_nodes
+                    if not requirement_matches(expr, _meta(n).get("labels") or {})
+                ]
+            if not failing:
+                continue
+            groups = _values_by_node(expr, scope_nodes, field)
+            what = f"field {expression_text(expr)}" if field else expression_text(expr)
+            entry["failing"].append(
+                {
+                    "expression": what,
+                    "field": field,
+                    "key": expr.get("key"),
+                    "operator": expr.get("operator"),
+                    "values": list(expr.get("values") or []),
+                    "fails_on": failing,
+                    "node_values": groups,
+                }
+            )
+            count = (
+                f"not met on any of the {len(names)} {scope}"
+                if len(failing) == len(names)
+                else f"not met on {len(failing)} of the {len(names)} {scope}"
+            )
+            have = "are" if field else f"have {expr.get('key')}"
+            hints.append(f"{label} wants {what} ({count}); {scope} {have}: {_values_text(groups, field)}")
+    return hints, detail
+
+
+def _selection_scope(cl, pod, requests, claims):
+    """(nodes, words) the affinity hint explains itself over: the GPU nodes, narrowed to those
+    the nodeSelector admits when it admits some; all nodes when none advertises a GPU."""
+    nodes, words = gpu_nodes(cl, requests, claims), "GPU nodes"
+    if not nodes:
+        nodes, words = list(cl.nodes), "nodes"
+    selector = _spec(pod).get("nodeSelector") or {}
+    if selector:
+        admitted = [
+            n for n in nodes if all((_meta(n).get("labels") or {}).get(k) == v for k, v in selector.items())
+        ]
+        if admitted:
+            nodes, words = admitted, f"{words} matching the nodeSelector"
+    return nodes, words
+
+
+def selection_next(pod, affinity):
+    """The next place to look for a node selection nobody matches: the labels it selects on."""
+    keys = sorted(_spec(pod).get("nodeSelector") or {})
+    for term in (affinity or {}).get("terms") or []:
+        for f in term["failing"]:
+            if not f["field"] and f["key"] not in keys:
+                keys.append(f["key"])
+    look = f"kubectl get nodes -L {','.join(keys)}" if keys else "kubectl get nodes --show-labels"
+    what = []
+    if _spec(pod).get("nodeSelector"):
+        what.append("spec.nodeSelector")
+    if _required_affinity(pod) is not None:
+        what.append("spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution")
+    return f"{look}; fix the pod's {' / '.join(what) or 'node selection'} or label the GPU nodes"
 
 
 # --------------------------------------------------------------------------------------------
@@ -1214,12 +1402,17 @@ def classify_pod(cl, pod):
     extra["candidates"] = [_meta(n).get("name") for n in candidates]
     if not candidates:
         hints = _selector_hints(pod, cl.nodes)
+        scope_nodes, scope = _selection_scope(cl, pod, requests, claims)
+        more, affinity = affinity_hints(pod, scope_nodes, scope)
+        hints += more
+        if affinity is not None:
+            extra["affinity"] = affinity
         return _result(
             pod,
             SELECTOR,
             f"no node matches the pod's node selection ({selector_text(pod)})"
             + (": " + "; ".join(hints) if hints else ""),
-            "kubectl get nodes --show-labels; fix the pod's nodeSelector/affinity or label the GPU nodes",
+            selection_next(pod, affinity),
             quoted,
             events,
             **extra,
