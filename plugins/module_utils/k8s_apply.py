@@ -6,7 +6,8 @@ Pure part (no I/O): validate the desired objects, decide per object whether the 
 already carries every desired field (then it is left alone: no PATCH at all, so a re-run makes
 zero API writes), and which owned objects to prune. I/O part: `Cluster`, a thin wrapper over the
 kubernetes dynamic client that lists each kind once, applies with a field manager (dryRun=All
-in check mode) and deletes.
+in check mode) and deletes. Namespaces (and other cluster-scoped objects) are applied before the
+objects that live in them (apply_phases).
 
 Why not one kubernetes.core.k8s task per object: a fleet has hundreds of nodes, and
 kubernetes.core's apply always sends the PATCH, so a re-run still writes. This module batches
@@ -159,6 +160,52 @@ def to_prune(live_owned, desired_keys):
     )
 
 
+# kinds that other objects of a batch may need to exist first; applied before everything else
+_FOUNDATION_KINDS = (("v1", "Namespace"), ("apiextensions.k8s.io/v1", "CustomResourceDefinition"))
+
+
+def apply_phases(objects):
+    """Positions of ``objects`` in the order they may be applied, as a list of phases.
+
+    Phase 1: Namespaces (and CRDs), which other objects live in or are made of; phase 2: every
+    other cluster-scoped object (no metadata.namespace); phase 3: namespaced objects. Empty phases
+    are left out. A phase must be answered before the next one is sent: the apiserver refuses a
+    namespaced object whose namespace does not exist yet.
+    """
+    phases = ([], [], [])
+    for pos, obj in enumerate(objects):
+        if (obj.get("apiVersion"), obj.get("kind")) in _FOUNDATION_KINDS:
+            phases[0].append(pos)
+        elif not (obj.get("metadata") or {}).get("namespace"):
+            phases[1].append(pos)
+        else:
+            phases[2].append(pos)
+    return [p for p in phases if p]
+
+
+def namespaces_created(plan):
+    """Names of the Namespaces that ``plan`` (from decide) creates."""
+    return {
+        o["metadata"]["name"]
+        for o in plan["create"]
+        if (o.get("apiVersion"), o.get("kind")) == ("v1", "Namespace")
+    }
+
+
+def not_dry_runnable(objects, new_namespaces):
+    """Split ``objects`` into (sendable as a server dry-run, living in a namespace the batch creates).
+
+    A dry-run creates nothing, so the apiserver would refuse every object of a namespace that only
+    this batch creates ("namespaces ... not found"). Such objects are reported as would-be-created
+    without a request; they are validated on the real run, after their Namespace exists.
+    """
+    send, skip = [], []
+    for obj in objects:
+        ns = (obj.get("metadata") or {}).get("namespace")
+        (skip if ns and ns in new_namespaces else send).append(obj)
+    return send, skip
+
+
 def strip_server_fields(obj):
     """A copy without status and server-owned metadata, for diffs."""
     clean = json.loads(json.dumps(obj))
@@ -260,10 +307,20 @@ class Cluster:
         ).to_dict()
 
     def apply_many(self, objects, field_manager, force=True, dry_run=False, parallel=8):
+        """Apply ``objects`` phase by phase (see apply_phases); results in the order given.
+
+        Inside a phase the requests run in parallel; a phase starts only when the one before it
+        has been answered, so a Namespace exists before the first object that lives in it.
+        """
+        results = [None] * len(objects)
         if not objects:
-            return []
+            return results
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
-            return list(pool.map(lambda o: self.apply(o, field_manager, force, dry_run), objects))
+            for phase in apply_phases(objects):
+                answers = pool.map(lambda i: self.apply(objects[i], field_manager, force, dry_run), phase)
+                for i, answer in zip(phase, answers, strict=True):
+                    results[i] = answer
+        return results
 
     def delete(self, obj, dry_run=False):
         res = self.resource(obj["apiVersion"], obj["kind"])
@@ -289,6 +346,9 @@ def run(cluster, objects, field_manager="gpusplit", prune=None, check_mode=False
     live = cluster.live_for(objects)
     plan = decide(objects, live, field_manager)
     changed_objs = plan["create"] + plan["update"]
+    skipped = []
+    if check_mode:
+        changed_objs, skipped = not_dry_runnable(changed_objs, namespaces_created(plan))
     results = cluster.apply_many(
         changed_objs, field_manager, force=force, dry_run=check_mode, parallel=parallel
     )
@@ -303,6 +363,8 @@ def run(cluster, objects, field_manager="gpusplit", prune=None, check_mode=False
                 project(obj, strip_server_fields(after)),
             )
         )
+    for obj in skipped:  # nothing live can exist in a namespace that does not exist
+        diffs.append(diff_entry(object_key(obj), None, strip_server_fields(obj)))
     desired_keys = {object_key(o) for o in objects}
     pruned = []
     for spec in prune or []:
@@ -313,12 +375,21 @@ def run(cluster, objects, field_manager="gpusplit", prune=None, check_mode=False
             cluster.delete(obj, dry_run=check_mode)
             pruned.append(key_text(object_key(obj)))
             diffs.append(diff_entry(object_key(obj), strip_server_fields(obj), None))
-    return {
-        "changed": bool(changed_objs or pruned),
+    result = {
+        "changed": bool(changed_objs or skipped or pruned),
         "created": [key_text(object_key(o)) for o in plan["create"]],
         "updated": [key_text(object_key(o)) for o in plan["update"]],
         "unchanged": len(plan["unchanged"]),
         "pruned": pruned,
         "api_writes": cluster.writes,
+        "not_dry_run": [key_text(object_key(o)) for o in skipped],
         "diff": diffs,
     }
+    if skipped:
+        namespaces = sorted({o["metadata"]["namespace"] for o in skipped})
+        result["warnings"] = [
+            f"check mode: {len(skipped)} object(s) in namespace(s) {', '.join(namespaces)} that this run "
+            "would create are reported as would-be-created without a server dry-run (a dry-run creates "
+            "no namespace, so the apiserver would refuse them); the real run validates them"
+        ]
+    return result

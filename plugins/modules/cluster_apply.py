@@ -14,8 +14,13 @@ description:
   - Optionally prunes objects that carry the ownership label C(app.kubernetes.io/managed-by)
     but are no longer in the desired list (for example the device-plugin DaemonSet of a node
     that is no longer split).
+  - Namespaces (and CRDs), then other cluster-scoped objects, then namespaced objects are applied
+    in that order, each phase answered before the next is sent, so a Namespace in the batch exists
+    before the objects that live in it.
   - In check mode every change is sent as a server dry-run (C(dryRun=All)), so the API server
-    validates it and nothing is stored.
+    validates it and nothing is stored. A dry-run creates no Namespace, so objects in a Namespace
+    that the same batch creates cannot be dry-run; they are reported as created (and in
+    C(not_dry_run)) without a request, with a warning, and validated on the real run.
   - Uses the kubernetes Python client, like C(kubernetes.core); run it on the controller.
 options:
   objects:
@@ -83,6 +88,13 @@ pruned:
   returned: always
   type: list
   elements: str
+not_dry_run:
+  description:
+    - Check mode only. Objects in a Namespace that this batch creates, reported as created without
+      a server dry-run (the apiserver refuses a dry-run in a namespace that does not exist yet).
+  returned: always
+  type: list
+  elements: str
 api_writes:
   description: Write requests sent (dry-run requests are not counted).
   returned: always
@@ -132,6 +144,8 @@ def main():
         module.fail_json(
             msg=f"applying to the cluster failed: {body or exc}", exception=traceback.format_exc()
         )
+    for warning in result.pop("warnings", []):
+        module.warn(warning)
     diff = result.pop("diff")
     if module._diff:
         result["diff"] = diff
