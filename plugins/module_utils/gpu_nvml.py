@@ -2,12 +2,16 @@
 
 Every per-device call is made on its own: NVML_ERROR_NOT_SUPPORTED leaves that fact null,
 NVML_ERROR_NO_PERMISSION leaves it null with a warning, NVML_ERROR_GPU_IS_LOST marks the GPU lost and the
-collection goes on with the next call and the next GPU. nvmlShutdown is always called after nvmlInit.
+collection goes on with the next call and the next GPU. A GPU NVML will not open at all
+(nvmlDeviceGetHandleByIndex fails) is reported with its index and a health verdict naming the NVML error
+and what to do about it. nvmlShutdown is always called after nvmlInit.
 """
 
 from __future__ import annotations
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils.gpu_facts import (
+    HEALTH_DEGRADED,
+    HEALTH_LOST,
     GpuFactsError,
     bytes_to_mib,
     compute_health,
@@ -76,6 +80,71 @@ def _error_text(exc):
         return str(exc)
     except Exception:  # the binding formats some codes through the library itself
         return f"NVML error {_error_code(exc)}"
+
+
+def _error_name(nvml, code):
+    """NVML_ERROR_NO_PERMISSION for 4: the binding's own constant names first, then nvml.h's."""
+    for name in sorted(dir(nvml)):
+        if name.startswith("NVML_ERROR_") and getattr(nvml, name, None) == code:
+            return name
+    for name, value in _CODES.items():
+        if value == code:
+            return name
+    return f"NVML error code {code}"
+
+
+# Why nvmlDeviceGetHandleByIndex fails (nvml.h) and what the operator can do about it. Lost codes make
+# the GPU lost; every other code leaves a GPU that is there but cannot be used: degraded.
+_HANDLE_ADVICE = {
+    "NVML_ERROR_GPU_IS_LOST": "the GPU fell off the bus or stopped answering (reset it or reboot the host)",
+    "NVML_ERROR_RESET_REQUIRED": "the GPU needs a reset (reset it or reboot the host)",
+    "NVML_ERROR_NO_PERMISSION": (
+        "the user running the module may not open this GPU: run the task as root (become: true) or give "
+        "that user read/write access to /dev/nvidiactl and the GPU's /dev/nvidia<minor> device file "
+        "(in a container: expose that device to it)"
+    ),
+    "NVML_ERROR_NOT_SUPPORTED": (
+        "the installed driver cannot manage this GPU through NVML (a GPU this driver branch does not "
+        "support): install a driver that supports it; nvidia-smi and the kernel log (dmesg) say more"
+    ),
+    "NVML_ERROR_INSUFFICIENT_POWER": (
+        "the GPU's external power cables are not connected properly: connect them and power-cycle the host"
+    ),
+    "NVML_ERROR_IRQ_ISSUE": (
+        "the kernel driver saw an interrupt problem with this GPU: look for Xid errors in the kernel log "
+        "(dmesg)"
+    ),
+}
+_HANDLE_ADVICE_DEFAULT = "nvidia-smi and the kernel log (dmesg) may say why"
+
+
+def _unopened_gpu(index, status, said, advice, warnings):
+    """The record of a GPU nvmlDeviceGetHandleByIndex refused: only its index is known."""
+    gpu = new_gpu(index)
+    gpu["health"] = {
+        "status": status,
+        "reasons": [f"NVML cannot open GPU {index}: nvmlDeviceGetHandleByIndex {said}; {advice}"],
+    }
+    warnings.append(
+        f"GPU {index}: nvmlDeviceGetHandleByIndex {said}; reported with its index only, health {status}"
+    )
+    return gpu
+
+
+def _open_device(nvml, reader, index, warnings):
+    """(handle, None), or (None, record) for a GPU NVML will not open."""
+    try:
+        return nvml.nvmlDeviceGetHandleByIndex(index), None
+    except reader.mismatch_error as exc:
+        advice = "install the nvidia-ml-py release that matches the driver"
+        return None, _unopened_gpu(index, HEALTH_DEGRADED, f"failed ({exc})", advice, warnings)
+    except reader.nvml_error as exc:
+        code = _error_code(exc)
+        name = _error_name(nvml, code)
+        status = HEALTH_LOST if code in reader.lost_codes else HEALTH_DEGRADED
+        advice = _HANDLE_ADVICE.get(name, _HANDLE_ADVICE_DEFAULT)
+        said = f"returned {name} ({_error_text(exc)})"
+        return None, _unopened_gpu(index, status, said, advice, warnings)
 
 
 class _DeviceReader:
@@ -218,13 +287,11 @@ def _processes(nvml, reader, handle):
 
 
 def _collect_device(nvml, index, warnings):
-    gpu = new_gpu(index)
     reader = _DeviceReader(nvml, f"GPU {index}", warnings)
-    handle = reader.call("nvmlDeviceGetHandleByIndex", index, fact="the whole GPU")
-    if handle is None:
-        reasons = reader.lost_reasons() or [f"NVML returned no handle for GPU {index}"]
-        gpu["health"] = compute_health(gpu, reasons)
-        return gpu
+    handle, unopened = _open_device(nvml, reader, index, warnings)
+    if unopened is not None:
+        return unopened
+    gpu = new_gpu(index)
 
     gpu["uuid"] = to_text(reader.call("nvmlDeviceGetUUID", handle, fact="uuid"))
     if gpu["uuid"]:

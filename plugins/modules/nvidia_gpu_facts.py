@@ -184,6 +184,10 @@ ansible_facts:
             - C(status) is C(lost) (the GPU fell off the bus or needs a reset), C(degraded) (uncorrected
               volatile ECC errors, row remapping failed or pending, page retirement pending) or C(ok);
               C(reasons) lists one sentence per finding.
+            - A GPU NVML will not open at all (C(nvmlDeviceGetHandleByIndex) fails) has only its C(index);
+              its reason names the NVML error and what to do. C(NVML_ERROR_GPU_IS_LOST) and
+              C(NVML_ERROR_RESET_REQUIRED) make it C(lost), any other error (C(NVML_ERROR_NO_PERMISSION),
+              C(NVML_ERROR_NOT_SUPPORTED), ...) C(degraded).
           type: dict
           sample: {status: ok, reasons: []}
     nvidia_driver_version:

@@ -14,6 +14,10 @@ Fixture keys read here (see tests/fixtures/gpus/*.json):
   gpus[].lost, lost_readable           every call raises GPU_IS_LOST except the listed ones
   gpus[].lost_at_handle                even nvmlDeviceGetHandleByIndex raises GPU_IS_LOST
                                        (nvidia-smi: lost_hidden, no row, only a complaint)
+  gpus[].handle_error                  an NVML_ERROR_* name nvmlDeviceGetHandleByIndex raises
+  "nvmlDeviceGetHandleByIndex" in gpus[].no_permission / unsupported: the handle call raises
+                                       NO_PERMISSION / NOT_SUPPORTED, as libnvidia-ml does for a GPU
+                                       it will not open (a lost GPU still gives a handle otherwise)
 """
 
 import json
@@ -227,6 +231,19 @@ def _check(handle, function):
     return gpu, handle._mig
 
 
+def _check_open(gpu, function):
+    """Raise what the fixture says opening this GPU raises (the handle calls)."""
+    if gpu.get("lost_at_handle") or gpu.get("lost_hidden"):
+        raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+    error = gpu.get("handle_error")
+    if error:
+        raise NVMLError(globals()[error])
+    if function in gpu.get("no_permission", []):
+        raise NVMLError(NVML_ERROR_NO_PERMISSION)
+    if function in gpu.get("unsupported", []):
+        raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
+
+
 def _not_supported_if_none(value):
     if value is None:
         raise NVMLError(NVML_ERROR_NOT_SUPPORTED)
@@ -296,14 +313,14 @@ def nvmlDeviceGetHandleByIndex(index):
     if not 0 <= index < len(gpus):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)
     gpu = gpus[index]
-    if gpu.get("lost_at_handle") or gpu.get("lost_hidden"):
-        raise NVMLError(NVML_ERROR_GPU_IS_LOST)
+    _check_open(gpu, "nvmlDeviceGetHandleByIndex")
     return c_nvmlDevice_t(gpu)
 
 
 def nvmlDeviceGetHandleByUUID(uuid):
     for gpu in _gpus():
         if gpu["uuid"] == uuid:
+            _check_open(gpu, "nvmlDeviceGetHandleByIndex")
             return c_nvmlDevice_t(gpu)
     raise NVMLError(NVML_ERROR_NOT_FOUND)
 

@@ -377,6 +377,128 @@ def test_gpu_lost_before_a_handle(backend, monkeypatch, tmp_path):
         assert "cannot open this GPU (GPU is lost." in lost[0]["health"]["reasons"][0]
 
 
+# What the fixture says about GPU 2's handle call -> (status, NVML error name, its text, advice).
+HANDLE_FAILURES = {
+    "no_permission": (
+        "degraded",
+        "NVML_ERROR_NO_PERMISSION",
+        "Insufficient Permissions",
+        "run the task as root",
+    ),
+    "unsupported": (
+        "degraded",
+        "NVML_ERROR_NOT_SUPPORTED",
+        "Not Supported",
+        "install a driver that supports",
+    ),
+    "lost_at_handle": ("lost", "NVML_ERROR_GPU_IS_LOST", "GPU is lost", "reset it or reboot the host"),
+    "NVML_ERROR_RESET_REQUIRED": (
+        "lost",
+        "NVML_ERROR_RESET_REQUIRED",
+        "GPU requires restart",
+        "needs a reset",
+    ),
+    "NVML_ERROR_INSUFFICIENT_POWER": (
+        "degraded",
+        "NVML_ERROR_INSUFFICIENT_POWER",
+        "Insufficient External Power",
+        "power cables",
+    ),
+    "NVML_ERROR_UNKNOWN": ("degraded", "NVML_ERROR_UNKNOWN", "Unknown Error", "kernel log (dmesg)"),
+}
+
+
+def _refuse_handle(data, how):
+    gpu = data["gpus"][2]
+    if how in ("no_permission", "unsupported"):
+        gpu[how] = ["nvmlDeviceGetHandleByIndex"]
+    elif how == "lost_at_handle":
+        gpu["lost_at_handle"] = True
+    else:
+        gpu["handle_error"] = how
+
+
+@pytest.mark.parametrize("how", sorted(HANDLE_FAILURES))
+def test_gpu_nvml_refuses_one_handle(how, monkeypatch, tmp_path):
+    """nvmlDeviceGetHandleByIndex fails for GPU 2 only: it is reported by index with the NVML error named
+    and what to do; the other GPUs are read as usual and the module does not fail."""
+    status, name, text, advice = HANDLE_FAILURES[how]
+    data = fixture("gpu-lost.json")
+    data["gpus"][2]["lost"] = False  # only the handle call fails
+    _refuse_handle(data, how)
+    path = tmp_path / "refused.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setenv(ENV, str(path))
+    result = module.gather(params(backend="nvml"), FakeHost(path))
+    gpus = result["ansible_facts"]["nvidia_gpus"]
+    assert [gpu["index"] for gpu in gpus] == [0, 1, 3, 2]  # no bus id: last
+    refused = gpus[-1]
+    assert tuple(refused) == gf.GPU_KEYS
+    opened = dict(result, ansible_facts=dict(result["ansible_facts"], nvidia_gpus=gpus[:3]))
+    check_schema(opened)
+    assert refused["uuid"] is None and refused["pci_bus_id"] is None and refused["processes"] is None
+    assert refused["health"]["status"] == status
+    (reason,) = refused["health"]["reasons"]
+    assert reason.startswith(f"NVML cannot open GPU 2: nvmlDeviceGetHandleByIndex returned {name} ({text}); ")
+    assert advice in reason
+    assert f"GPU 2: nvmlDeviceGetHandleByIndex returned {name}" in " ".join(result["warnings"])
+    assert [gpu["uuid"] for gpu in gpus[:3]] == [data["gpus"][i]["uuid"] for i in (0, 1, 3)]
+    assert gpus[0]["health"]["status"] == "ok" and gpus[1]["health"]["status"] == "degraded"
+    counts = {"ok": 1, "degraded": 2, "lost": 0}
+    counts[status] += 1
+    verdict = ", ".join(f"{counts[key]} {key}" for key in ("ok", "degraded", "lost") if counts[key])
+    assert result["msg"].endswith(verdict), result["msg"]
+
+
+def test_gpu_fake_binding_refuses_handle_like_the_real_one(monkeypatch, tmp_path):
+    """The fake's handle call raises the real binding's NVMLError_<Name> classes for the fixture's errors."""
+    real = importlib.import_module("pynvml")
+    data = fixture("workstation.json")
+    data["gpus"][0]["no_permission"] = ["nvmlDeviceGetHandleByIndex"]
+    data["gpus"][1]["unsupported"] = ["nvmlDeviceGetHandleByIndex"]
+    path = tmp_path / "refused.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setenv(ENV, str(path))
+    fake = load_fake_nvml()
+    fake.nvmlInit()
+    try:
+        for index, class_name in ((0, "NVMLError_NoPermission"), (1, "NVMLError_NotSupported")):
+            with pytest.raises(fake.NVMLError) as caught:
+                fake.nvmlDeviceGetHandleByIndex(index)
+            assert type(caught.value).__name__ == class_name and hasattr(real, class_name)
+            assert caught.value.value == getattr(real, class_name)().value
+            with pytest.raises(getattr(fake, class_name)):
+                fake.nvmlDeviceGetHandleByUUID(data["gpus"][index]["uuid"])
+    finally:
+        fake.nvmlShutdown()
+
+
+def test_gpu_real_binding_errors_at_handle(monkeypatch):
+    """The real nvidia-ml-py's error objects (not the fake's) at the handle call, NVML itself stubbed."""
+    monkeypatch.delitem(sys.modules, "pynvml", raising=False)
+    real = importlib.import_module("pynvml")
+    refusals = {0: real.NVMLError_NoPermission(), 1: real.NVMLError_GpuIsLost()}
+
+    def handle(index):
+        raise refusals[index]
+
+    for function, value in (
+        ("nvmlInit", lambda: None),
+        ("nvmlShutdown", lambda: None),
+        ("nvmlSystemGetDriverVersion", lambda: "570.172.08"),
+        ("nvmlSystemGetCudaDriverVersion", lambda: 12080),
+        ("nvmlDeviceGetCount", lambda: 2),
+        ("nvmlDeviceGetHandleByIndex", handle),
+    ):
+        monkeypatch.setattr(real, function, value)
+    data = gpu_nvml.collect(real)
+    health = [gpu["health"] for gpu in data["gpus"]]
+    assert [h["status"] for h in health] == ["degraded", "lost"]
+    assert "returned NVML_ERROR_NO_PERMISSION (Insufficient Permissions)" in health[0]["reasons"][0]
+    assert "returned NVML_ERROR_GPU_IS_LOST (GPU is lost)" in health[1]["reasons"][0]
+    assert len(data["warnings"]) == 2
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_gpu_v100_retired_pages(backend, monkeypatch):
     result, _ = gather("v100-legacy.json", backend, monkeypatch)
