@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
 import uuid
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import k8s_apply
+from ansible_collections.gpusplit.k8s.plugins.module_utils import k8s_apply, render
+from ansible_collections.gpusplit.k8s.plugins.module_utils.split_plan import MIG_STRATEGIES, plan_fleet
 from lab import components as C
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
+PLUGIN_SELECTOR = f"{k8s_apply.MANAGED_BY}=gpusplit,app.kubernetes.io/name={render.APP_NAME}"
 
 
 def configmap(ns: str, name: str, data: dict) -> dict:
@@ -125,3 +128,153 @@ def test_a_label_no_longer_sent_is_removed_and_a_label_of_others_stays(ns, kubec
     again = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), [second])
     assert again["changed"] is False and again["unchanged"] == 1
     assert writes_to(kubectl, "configmaps") == before
+
+
+# --------------------------------------------------------------------------------------------
+# a Namespace in the batch: applied before the objects in it; in check mode not yet there
+
+
+def gpu(i: int) -> dict:
+    return {
+        "uuid": f"GPU-0000aaaa-{i:04x}-4000-8000-{i:012x}",
+        "index": i,
+        "minor_number": i,
+        "pci_bus_id": f"0000:{0x18 + 0x10 * i:02x}:00.0",
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory_total_mib": 81559,
+        "mig_mode": {"current": "disabled", "pending": None},
+        "mig_devices": [],
+        "health": {"status": "ok", "reasons": []},
+        "processes": [],
+    }
+
+
+def fleet_plan(nodes: dict[str, str], mig_strategy: str = "none") -> dict:
+    """A fleet plan of hosts -> node names (nodes that do not exist: no plugin pod ever runs)."""
+    return plan_fleet(
+        {
+            host: {
+                "facts": [gpu(i) for i in range(4)],
+                "mode": "device_plugin",
+                "split": {"count": 2},
+                "mig_strategy": mig_strategy,
+                "node_name": node,
+            }
+            for host, node in nodes.items()
+        }
+    )
+
+
+def test_a_custom_namespace_check_mode_then_for_real(kubectl):
+    ns = f"gpusplit-ns-{uuid.uuid4().hex[:6]}"
+    objs = render.render_fleet(fleet_plan({"h1": f"{ns}-node-a", "h2": f"{ns}-node-b"}), {"namespace": ns})
+    assert [o["kind"] for o in objs] == ["Namespace", "DaemonSet", "DaemonSet"]
+    # the DaemonSets first: the apply must still create the Namespace before them
+    objs = objs[1:] + objs[:1]
+    daemonsets = [k8s_apply.key_text(k8s_apply.object_key(o)) for o in objs if o["kind"] == "DaemonSet"]
+    try:
+        check = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), objs, check_mode=True)
+        assert sorted(check["created"]) == sorted([*daemonsets, f"Namespace/{ns} (v1)"]), check
+        assert sorted(check["not_dry_run"]) == sorted(daemonsets)
+        assert check["api_writes"] == 0 and ns in check["warnings"][0]
+        assert kubectl("get", "namespace", ns, check=False).returncode != 0  # nothing stored
+
+        real = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), objs)
+        assert sorted(real["created"]) == sorted(check["created"]) and real["api_writes"] == 3, real
+        assert real["not_dry_run"] == [] and "warnings" not in real
+        live = kubectl.json("-n", ns, "get", "daemonsets")["items"]
+        assert sorted(d["metadata"]["name"] for d in live) == sorted(
+            o["metadata"]["name"] for o in objs if o["kind"] == "DaemonSet"
+        )
+        # once the Namespace exists, check mode dry-runs everything again and finds nothing to do
+        again = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), objs, check_mode=True)
+        assert again["changed"] is False and again["unchanged"] == 3 and again["not_dry_run"] == []
+    finally:
+        kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false")
+
+
+# --------------------------------------------------------------------------------------------
+# every variant the renderers produce is accepted by the real apiserver (dryRun=All)
+
+
+def long_node_name(tag: str) -> str:
+    """A 253-character DNS subdomain node name (labels of at most 63) starting with ``tag``."""
+    name = ".".join([tag] + ["n" * 63] * 4)[:253]
+    return name[:-1] + "n" if name.endswith(".") else name
+
+
+def stock_plugin(ns: str) -> dict:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": "nvidia-device-plugin-daemonset", "namespace": ns},
+        "spec": {
+            "selector": {"matchLabels": {"name": "stock-dp"}},
+            "template": {
+                "metadata": {"labels": {"name": "stock-dp"}},
+                "spec": {
+                    "nodeSelector": {"nvidia.com/gpu.present": "true"},
+                    "containers": [{"name": "nvidia-device-plugin-ctr", "image": render.DEVICE_PLUGIN_IMAGE}],
+                },
+            },
+        },
+    }
+
+
+def test_every_rendered_variant_is_accepted_by_the_apiserver(ns, kubectl):
+    objects = []
+    for hardening in sorted(render.HARDENING):
+        for mig_strategy in MIG_STRATEGIES:
+            for pinning in render.NODE_PINNING:
+                tag = f"{hardening}-{mig_strategy}-{pinning}".replace("_", "-")
+                plan = fleet_plan(
+                    {f"{tag}-short": f"{tag}-short", f"{tag}-long": long_node_name(tag)}, mig_strategy
+                )
+                assert all(len(p["node"]) in (len(f"{tag}-short"), 253) for p in plan["nodes"].values())
+                settings = {"namespace": ns, "hardening": hardening, "node_pinning": pinning}
+                if hardening.startswith("cdi"):
+                    settings["nvidia_cdi_hook_path"] = "/usr/local/nvidia/toolkit/nvidia-cdi-hook"
+                objects.extend(render.render_daemonsets(plan, settings))
+                objects.extend(render.render_node_patches(plan, operator_managed=mig_strategy == "mixed"))
+    # every optional setting at once
+    full = {
+        "namespace": ns,
+        "image": "registry.local/nvidia/k8s-device-plugin:v0.20.0",
+        "image_pull_policy": "Always",
+        "image_pull_secrets": ["regcred"],
+        "pass_device_specs": True,
+        "fail_on_init_error": False,
+        "resources": {"limits": {"memory": "128Mi"}, "requests": {"cpu": "10m"}},
+        "extra_tolerations": [
+            {"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}
+        ],
+        "runtime_class_name": "nvidia",
+        "priority_class_name": "system-node-critical",
+    }
+    objects.extend(render.render_daemonsets(fleet_plan({"full": "full-settings"}), full))
+    # the Namespace object of a namespace that does not exist yet
+    objects.append(render.render_namespace({"namespace": f"{ns}-x"}))
+    # departed nodes' release patches (exist only as a dry-run create here: still a valid Node)
+    objects.extend(render.render_release_patches([long_node_name("released")]))
+    # the stock plugin exclusion, against a live stock-like plugin
+    kubectl("apply", "-f", "-", stdin=json.dumps(stock_plugin(ns)))
+    live = kubectl.json("-n", ns, "get", "daemonset", "nvidia-device-plugin-daemonset")
+    objects.append(
+        render.render_stock_plugin_exclusion(
+            {"stock_plugin_name": "nvidia-device-plugin-daemonset", "stock_plugin_namespace": ns}, live
+        )
+    )
+    kinds = sorted({o["kind"] for o in objects})
+    assert kinds == ["DaemonSet", "Namespace", "Node"]
+
+    cluster = k8s_apply.Cluster(str(C.KUBECONFIG))
+    result = k8s_apply.run(cluster, objects, check_mode=True)  # dryRun=All: rejected objects raise
+    assert result["api_writes"] == 0 and result["not_dry_run"] == []
+    assert len(result["created"]) + len(result["updated"]) + result["unchanged"] == len(objects)
+    assert "DaemonSet/" + ns + "/nvidia-device-plugin-daemonset (apps/v1)" in result["updated"]
+    # the dry-run answer is what the server would store: every DaemonSet kept its node pinning
+    for entry in result["diff"]:
+        if entry["after_header"].startswith("DaemonSet/") and "gpusplit-dp-" in entry["after_header"]:
+            assert "kubernetes.io/hostname" in entry["after"] or "metadata.name" in entry["after"]
+    assert kubectl("get", "namespace", f"{ns}-x", check=False).returncode != 0
+    assert not kubectl.json("-n", ns, "get", "daemonsets", "-l", PLUGIN_SELECTOR)["items"]
