@@ -76,6 +76,17 @@ options:
   container:
     description: Container whose command is edited; default the one named like the pod, else the first.
     type: str
+  restore_from:
+    description:
+      - Put this file (a backup this module made, RV(backup_file)) back as the manifest instead of
+        editing flags; the rollback of a component that did not come back healthy.
+      - Written like an edit, through a dot-file in the manifest directory and an atomic rename, so
+        that the kubelet never sees a partial file or a second manifest (a plain copy with
+        C(remote_src) leaves a C(tmpXXXXXX) file there while it works).
+      - The file must hold a static Pod of the same component as O(path), if O(path) exists.
+        Not together with O(feature_gates), O(runtime_config), O(remove_feature_gates),
+        O(remove_runtime_config) or O(validate_version).
+    type: path
 extends_documentation_fragment:
   - gpusplit.k8s.attributes.check_mode_and_diff
 author:
@@ -101,6 +112,30 @@ EXAMPLES = r"""
     remove_feature_gates: [GangScheduling, WorkloadAwarePreemption]
     backup_dir: /var/backups/gpusplit/manifests
     validate_version: "1.37"
+
+- name: Enable a gate, and put the previous manifest back if kube-apiserver does not come back
+  block:
+    - name: Merge the gate
+      gpusplit.k8s.static_pod_flags:
+        path: /etc/kubernetes/manifests/kube-apiserver.yaml
+        feature_gates:
+          GenericWorkload: true
+        backup_dir: /var/backups/gpusplit/manifests
+      register: edit
+    - name: Wait for kube-apiserver
+      ansible.builtin.uri:
+        url: https://127.0.0.1:6443/readyz
+        validate_certs: false
+      register: ready
+      retries: 30
+      delay: 5
+      until: ready.status == 200
+  rescue:
+    - name: Put the previous manifest back
+      gpusplit.k8s.static_pod_flags:
+        path: /etc/kubernetes/manifests/kube-apiserver.yaml
+        restore_from: "{{ edit.backup_file }}"
+      when: edit.backup_file is defined
 """
 
 RETURN = r"""
@@ -122,6 +157,10 @@ backup_file:
   description: Where the previous manifest was copied (not set in check mode or when nothing changed).
   type: str
   returned: changed and not check mode
+restored_from:
+  description: With O(restore_from), the file put back.
+  type: str
+  returned: when restore_from is set
 previous_feature_gates:
   description: C(--feature-gates) before, as a map.
   type: dict
@@ -154,6 +193,7 @@ validation_warnings:
 
 import os
 import shutil
+import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -162,6 +202,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags i
     APISERVER,
     FlagEditError,
     edit_static_pod_manifest,
+    parse_static_pod,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils.feature_gates import (
     CatalogError,
@@ -191,13 +232,83 @@ def check_backup_dir(backup_dir: str | None, manifest: str) -> str | None:
     return None
 
 
+def _read(path: str) -> str:
+    with open(path, encoding="utf-8", newline="") as handle:
+        return handle.read()
+
+
+def restore(module: AnsibleModule) -> dict:
+    """Put ``restore_from`` back as the manifest ``path``, through a dot-file and a rename."""
+    p = module.params
+    path, source = p["path"], p["restore_from"]
+    clashing = [
+        name
+        for name in ("feature_gates", "runtime_config", "remove_feature_gates", "remove_runtime_config")
+        if p[name]
+    ] + (["validate_version"] if p["validate_version"] else [])
+    if clashing:
+        module.fail_json(msg=f"restore_from puts a whole manifest back; drop {', '.join(clashing)}")
+    if not os.path.isfile(source):
+        module.fail_json(msg=f"restore_from {source} does not exist or is not a file; nothing was changed")
+    if _inside(source, os.path.dirname(os.path.realpath(path))) and os.path.realpath(
+        source
+    ) != os.path.realpath(path):
+        module.fail_json(
+            msg=f"restore_from {source} lies in the manifest directory of {path}, where the kubelet runs it "
+            "as a static pod of its own; a backup belongs outside it (backup_dir)"
+        )
+    text = _read(source)
+    try:
+        wanted = parse_static_pod(text, p["container"])
+    except FlagEditError as exc:
+        module.fail_json(msg=f"restore_from {source} is no static-pod manifest ({exc}); nothing was changed")
+    exists = os.path.isfile(path)
+    before_text = _read(path) if exists else ""
+    if exists:
+        try:
+            current = parse_static_pod(before_text, p["container"])["component"]
+        except FlagEditError:
+            current = None  # a broken manifest is what a rollback repairs
+        if current and current != wanted["component"]:
+            module.fail_json(
+                msg=f"restore_from {source} runs {wanted['component']} but {path} runs {current}; "
+                "refusing to put one component's manifest over another's"
+            )
+    result = {
+        "changed": text != before_text,
+        "path": path,
+        "restored_from": source,
+        "component": wanted["component"],
+        "version": wanted["version"],
+        "feature_gates": wanted["feature_gates"],
+        "runtime_config": wanted["runtime_config"],
+    }
+    if exists and before_text:
+        try:
+            before = parse_static_pod(before_text, p["container"])
+            result["previous_feature_gates"] = before["feature_gates"]
+            result["previous_runtime_config"] = before["runtime_config"]
+        except FlagEditError:
+            pass
+    result.setdefault("previous_feature_gates", {})
+    result.setdefault("previous_runtime_config", {})
+    if module._diff:
+        result["diff"] = {"before": before_text, "after": text, "before_header": path, "after_header": path}
+    if result["changed"] and not module.check_mode:
+        write_atomic(module, path, text, new_file=not exists)
+        if not exists:  # the backup kept the manifest's mode (0600 from kubeadm)
+            os.chmod(path, stat.S_IMODE(os.stat(source).st_mode))
+    return result
+
+
 def run(module: AnsibleModule) -> dict:
     p = module.params
+    if p["restore_from"]:
+        return restore(module)
     path = p["path"]
     if not os.path.isfile(path):
         module.fail_json(msg=f"manifest {path} does not exist")
-    with open(path, encoding="utf-8", newline="") as handle:
-        before_text = handle.read()
+    before_text = _read(path)
     try:
         edit = edit_static_pod_manifest(
             before_text,
@@ -294,6 +405,7 @@ def main():
             validate_version=dict(type="str"),
             allow_uncatalogued=dict(type="bool", default=False),
             container=dict(type="str"),
+            restore_from=dict(type="path"),
         ),
         supports_check_mode=True,
     )
