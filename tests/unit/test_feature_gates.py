@@ -3,6 +3,7 @@ and the feature_gate_preflight module."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import re
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils import feature_gate_data
 from ansible_collections.gpusplit.k8s.plugins.module_utils import feature_gates as fg
 from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags import parse_static_pod
 from ansible_collections.gpusplit.k8s.plugins.modules import feature_gate_preflight
@@ -24,16 +26,39 @@ STALE_136 = FIXTURES / "v1beta4-1.36-gates"
 # catalog shape
 
 
-def test_catalog_dependencies_are_catalogued_and_sourced():
-    for name, entry in fg.CATALOG.items():
-        for dep in entry["depends_on"]:
-            assert dep in fg.CATALOG, f"{name} depends on {dep}, which the catalog lacks"
-        assert entry["src"], f"{name} has no source lines"
-        versions = [h[0] for h in entry["history"]]
-        assert versions == sorted(versions, key=lambda v: tuple(map(int, v.split(".")))), name
-        for minor in entry.get("runtime_config", {}):
-            assert minor in fg.SUPPORTED_MINORS
-        assert set(entry["components"]) <= {fg.APISERVER, fg.SCHEDULER, fg.CONTROLLER_MANAGER, fg.KUBELET}
+def test_gpusplit_gates_are_kubernetes_gates():
+    for name, extra in fg.GPUSPLIT_GATES.items():
+        assert fg.is_kubernetes_gate(name), f"{name} is in no covered release's generated gate list"
+        for minor in extra.get("runtime_config", {}):
+            assert fg.known_in(name, minor), f"{name} has runtime_config for {minor}, which lacks the gate"
+        assert set(extra.get("components", ())) <= {
+            fg.APISERVER,
+            fg.SCHEDULER,
+            fg.CONTROLLER_MANAGER,
+            fg.KUBELET,
+        }
+        if extra.get("merged_into"):
+            assert fg.removed_in(name), f"{name} has merged_into but is not removed"
+
+
+def test_generated_data_is_consistent():
+    for minor, gates in fg.KNOWN_GATES.items():
+        assert minor in fg.SUPPORTED_MINORS
+        for name, gate in gates.items():
+            for dep in gate["depends_on"]:
+                assert dep in gates, f"{minor}: {name} depends on {dep}, which {minor} lacks"
+            versions = [tuple(map(int, spec[0].split("."))) for spec in gate["specs"]]
+            assert versions == sorted(versions), (minor, name)
+            assert {spec[2] for spec in gate["specs"]} <= {
+                fg.ALPHA,
+                fg.BETA,
+                fg.GA,
+                fg.DEPRECATED,
+                fg.PREALPHA,
+            }
+        # the defaults of a release are consistent: a component started without --feature-gates runs
+        assert fg.validate_gates(minor, {}) == ([], [], {}), minor
+    assert len(fg.KNOWN_GATES["1.37"]) > 200  # the whole release, not a hand-picked list
 
 
 def test_catalog_holds_the_gates_gpusplit_needs():
@@ -52,7 +77,7 @@ def test_catalog_holds_the_gates_gpusplit_needs():
         "DRAConsumableCapacity",
         "DRAResourceClaimDeviceStatus",
     }
-    assert needed <= set(fg.CATALOG)
+    assert needed <= set(fg.GPUSPLIT_GATES)
     ga_locked_137 = [r for r in fg.catalog_rows("1.37") if r["known"] and r["stage"] == fg.GA and r["locked"]]
     assert len(ga_locked_137) >= 5
 
@@ -168,9 +193,68 @@ def test_gate_from_the_future_is_unrecognized():
 
 def test_uncatalogued_names_are_refused_unless_allowed():
     errors, warnings, _rc = fg.validate_gates("1.37", {"NoSuchGate": True})
-    assert len(errors) == 1 and "not in the gpusplit feature-gate catalog" in errors[0]
+    assert len(errors) == 1 and errors[0].startswith(
+        "unrecognized feature gate: NoSuchGate (Kubernetes 1.37: "
+    )
+    assert "did you mean" not in errors[0]
     errors, warnings, _rc = fg.validate_gates("1.37", {"NoSuchGate": True}, allow_uncatalogued=True)
-    assert errors == [] and "not in the gpusplit catalog" in warnings[0]
+    assert errors == [] and "NoSuchGate is not a feature gate of Kubernetes 1.37" in warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("typo", "meant"),
+    [
+        ("ContextualLoging", "ContextualLogging"),
+        ("genericworkload", "GenericWorkload"),
+        ("DRADeviceTaint", "DRADeviceTaints"),
+    ],
+)
+def test_typo_is_refused_with_a_suggestion(typo, meant):
+    errors, _w, _rc = fg.validate_gates("1.37", {typo: True, "GenericWorkload": True})
+    assert len(errors) == 1
+    assert errors[0].startswith(f"unrecognized feature gate: {typo} (Kubernetes 1.37: ")
+    assert f"did you mean {meant}?" in errors[0]
+    issues, _rc = fg.check_gates("1.37", {typo: True})
+    assert [(i["severity"], i["kind"]) for i in issues] == [("error", "uncatalogued")]
+
+
+@pytest.mark.parametrize("minor", ["1.35", "1.36", "1.37"])
+def test_gates_outside_gpusplits_own_list_are_accepted(minor):
+    # ContextualLogging (component-base logs), NativeHistograms (component-base metrics, 1.36+),
+    # APIServerIdentity (apiserver), InOrderInformers (client-go): registered by every component
+    gates = {"ContextualLogging": True, "APIServerIdentity": True, "InOrderInformers": True}
+    if minor != "1.35":
+        gates["NativeHistograms"] = False
+    errors, warnings, rc = fg.validate_gates(minor, gates)
+    assert errors == [] and rc == {}
+    spec = fg.spec_at("ContextualLogging", minor)
+    assert (spec["stage"], spec["default"], spec["locked"]) == (fg.BETA, True, False)
+    assert "component-base" in spec["src"]
+
+
+def test_contextual_logging_accepted_on_137():
+    assert fg.validate_gates("1.37", {"ContextualLogging": True, "GenericWorkload": True}) == (
+        [],
+        [],
+        {"scheduling.k8s.io/v1beta1": "true"},
+    )
+    flags = {"kube-scheduler": {"feature_gates": "ContextualLogging=true,GenericWorkload=true"}}
+    assert [f for f in fg.upgrade_preflight(flags, "1.37") if f["severity"] == "error"] == []
+
+
+def test_removed_kubernetes_gates_are_known_as_removed():
+    assert fg.removed_in("SchedulerQueueingHints") == "1.37"
+    assert fg.removed_in("SchedulerQueueingHints", "1.36") is None
+    assert fg.spec_at("SchedulerQueueingHints", "1.36")["stage"] == fg.GA
+    assert fg.spec_at("SchedulerQueueingHints", "1.37") is None
+    assert fg.unknown_reason("JobSuccessPolicy", "1.37").startswith("removed in 1.37 (GA since ")
+    # a gate 1.36 dropped is unknown to 1.36 and 1.37 alike
+    gone = sorted(set(fg.KNOWN_GATES["1.35"]) - set(fg.KNOWN_GATES["1.36"]))
+    assert gone
+    for name in gone:
+        assert fg.removed_in(name) == "1.36"
+        errors, _w, _rc = fg.validate_gates("1.37", {name: True})
+        assert errors and "removed in 1.36" in errors[0], name
 
 
 @pytest.mark.parametrize(
@@ -374,25 +458,76 @@ def test_migrate_to_137():
 
 
 # ---------------------------------------------------------------------------------------------
-# the catalog against the Go sources, where the module cache has them (this machine's lab build
-# downloads k8s.io/kubernetes; other machines skip)
+# the generated data against the Go sources. The module cache of a machine that built the lab has
+# them; elsewhere the test skips, except in CI (CI=true), where it downloads them with `go mod
+# download` (the CI machine reaches the Go module proxy) and fails if that does not work.
 
-_GO_RELEASES = {"1.35": "1.35.4", "1.36": "1.36.3", "1.37": "1.37.2"}
+ROOT = Path(__file__).resolve().parent.parent.parent
+
+
+def _load_generator():
+    spec = importlib.util.spec_from_file_location("gen_gate_catalog", ROOT / "tools" / "gen_gate_catalog.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+gen = _load_generator()
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+@pytest.fixture(scope="module")
+def go_extracted():
+    missing = gen.missing_modules()
+    if missing:
+        if not _ci():
+            pytest.skip(f"Go modules not in the module cache: {', '.join(missing)}")
+        gen.download()  # raises SourceError (the test fails) when the proxy cannot deliver them
+    return gen.extract()
+
+
+def test_generator_covers_the_supported_releases():
+    assert tuple(gen.RELEASES) == fg.SUPPORTED_MINORS
+    assert gen.RELEASES == feature_gate_data.RELEASES
+
+
+@pytest.mark.parametrize("minor", ["1.35", "1.36", "1.37"])
+def test_catalog_matches_go_source(go_extracted, minor):
+    extracted = go_extracted[minor]
+    data = fg.KNOWN_GATES[minor]
+    assert set(data) == set(extracted), (
+        f"{minor}: regenerate with tools/gen_gate_catalog.py; only in the data: "
+        f"{sorted(set(data) - set(extracted))}, only in the Go source: {sorted(set(extracted) - set(data))}"
+    )
+    for name in extracted:
+        assert data[name]["specs"] == extracted[name]["specs"], (minor, name)
+        assert data[name]["depends_on"] == extracted[name]["depends_on"], (minor, name)
+    assert (
+        gen.render(go_extracted) == (ROOT / "plugins" / "module_utils" / "feature_gate_data.py").read_text()
+    )
+
+
 _ENTRY = re.compile(r"\{([^{}]*Version: version\.MustParse\(\"(\d+\.\d+)\"\)[^{}]*)\}")
 
 
-def _go_features(release: str) -> str | None:
-    cache = os.environ.get("GOMODCACHE") or str(Path.home() / "go" / "pkg" / "mod")
-    path = Path(cache) / "k8s.io" / f"kubernetes@v{release}" / "pkg" / "features" / "kube_features.go"
-    return path.read_text() if path.is_file() else None
-
-
-@pytest.mark.parametrize("minor", sorted(_GO_RELEASES))
-def test_catalog_matches_go_source(minor):
-    source = _go_features(_GO_RELEASES[minor])
-    if source is None:
-        pytest.skip(f"k8s.io/kubernetes v{_GO_RELEASES[minor]} is not in the Go module cache")
-    for name in fg.CATALOG:
+@pytest.mark.parametrize("minor", ["1.35", "1.36", "1.37"])
+def test_generator_agrees_with_a_plain_reading_of_kube_features(go_extracted, minor):
+    """A second, independent reading of k8s.io/kubernetes pkg/features/kube_features.go (line-based
+    regexes instead of the generator's parser) for the gates gpusplit enables, and the entry count."""
+    release = gen.RELEASES[minor]
+    source = (
+        gen.module_dir("k8s.io/kubernetes", f"v{release}") / "pkg/features/kube_features.go"
+    ).read_text()
+    versioned = source[source.index("var defaultVersionedKubernetesFeatureGates") :]
+    versioned = versioned[: versioned.index("\n}\n")]
+    keys = re.findall(r"^\t([\w.]+): \{$", versioned, re.M)
+    from_kube_file = [n for n, g in fg.KNOWN_GATES[minor].items() if "k8s.io/kubernetes@" in g["src"]]
+    assert len(keys) == len(from_kube_file)
+    lines = source.splitlines()
+    for name in fg.GPUSPLIT_GATES:
         block = re.search(rf"^\t{name}: \{{\n(.*?)\n\t\}},", source, re.M | re.S)
         deps = re.search(rf"^\t{name}: \{{([A-Za-z, ]*)\}},", source, re.M)
         spec = fg.spec_at(name, minor)
@@ -415,10 +550,17 @@ def test_catalog_matches_go_source(minor):
         assert (spec["default"], spec["stage"], spec["locked"]) == (default, stage, locked), name
         go_deps = tuple(d.strip() for d in deps.group(1).split(",") if d.strip()) if deps else ()
         assert spec["depends_on"] == go_deps, name
-        spec_line, dep_line = fg.CATALOG[name]["src"][_GO_RELEASES[minor]]
-        lines = source.splitlines()
-        assert lines[spec_line - 1] == f"\t{name}: {{", f"{name}: spec line {spec_line} moved"
-        assert lines[dep_line - 1].startswith(f"\t{name}: {{"), f"{name}: dependency line {dep_line} moved"
+        line = int(spec["src"].rsplit(":", 1)[1])
+        assert lines[line - 1] == f"\t{name}: {{", f"{name}: src line {line} is not its spec list"
+
+
+def test_generator_refuses_what_it_cannot_read(tmp_path):
+    with pytest.raises(gen.SourceError, match="cannot read the version"):
+        gen.parse_spec("Version: version.MustParse(v), Default: true, PreRelease: featuregate.Beta", "x.go:1")
+    with pytest.raises(gen.SourceError, match="unexpected spec fields"):
+        gen.parse_spec('Version: version.MustParse("1.2"), Default: true, Stage: x', "x.go:1")
+    with pytest.raises(gen.SourceError, match="not in the Go module cache"):
+        gen.extract_release("1.37.2", cache=tmp_path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -490,6 +632,51 @@ def test_preflight_module_rancher_files(tmp_path, capsys):
     assert rc == 0
     assert out["stale_gates"] == {"kube-apiserver": ["GangScheduling"]}
     assert out["current_flags"]["kube-scheduler"]["feature_gates"] == {"GenericWorkload": True}
+
+
+def test_preflight_module_reports_removed_kubernetes_gates_as_stale(tmp_path, capsys):
+    # a 1.36 control plane that also runs with ContextualLogging (still there in 1.37) and
+    # SchedulerQueueingHints (GA in 1.36, gone in 1.37) on its scheduler
+    manifests = tmp_path / "manifests"
+    shutil.copytree(STALE_136, manifests)
+    scheduler = manifests / "kube-scheduler.yaml"
+    text = scheduler.read_text()
+    assert "--feature-gates=GenericWorkload=true," in text
+    scheduler.write_text(
+        text.replace(
+            "--feature-gates=GenericWorkload=true,",
+            "--feature-gates=ContextualLogging=true,SchedulerQueueingHints=true,GenericWorkload=true,",
+        )
+    )
+    # the way roles/control_plane_gates checks the upgrade target
+    args = {
+        "version": "1.37.2",
+        "manifests_dir": str(manifests),
+        "allow_uncatalogued": True,
+        "fail_on_error": False,
+    }
+    rc, out = run_module(feature_gate_preflight.main, args, capsys)
+    assert rc == 0
+    assert out["stale_gates"]["kube-scheduler"] == [
+        "GangScheduling",
+        "SchedulerQueueingHints",
+        "WorkloadAwarePreemption",
+    ]
+    assert out["stale_gates"]["kube-apiserver"] == ["GangScheduling", "WorkloadAwarePreemption"]
+    [finding] = [f for f in out["findings"] if f["name"] == "SchedulerQueueingHints"]
+    assert finding["severity"] == "error" and "removed in 1.37 (GA since" in finding["message"]
+    assert not [f for f in out["findings"] if f["name"] == "ContextualLogging"]
+    assert out["migrated_feature_gates"]["kube-scheduler"] == {
+        "ContextualLogging": True,
+        "GenericWorkload": True,
+    }
+
+    # the same manifests on their own release: nothing stale, nothing refused
+    rc, out = run_module(
+        feature_gate_preflight.main, dict(args, version="1.36.3", allow_uncatalogued=False), capsys
+    )
+    assert rc == 0 and out["stale_gates"] == {}
+    assert [f for f in out["findings"] if f["severity"] == "error"] == []
 
 
 def test_preflight_module_unsupported_version(capsys):
