@@ -658,18 +658,20 @@ def _place_product(st, sel):
             f"{st.host}: split.product {sel['product']!r} matches no GPU on this host (products: {names})"
         )
         return
-    picked = []
-    for g in matched:
-        if st.share.get(g.key) == SHARE_HOST:
-            st.warnings.append(
-                f"split.product matches GPU {g.uuid}, which {st.origin[g.key]} keeps for the host"
-            )
-        elif st.usable(g):
-            picked.append(g)
+    # the host's explicit list was placed first: a GPU it names must not match the product too
+    overlap = [g for g in matched if st.share.get(g.key) == SHARE_HOST]
+    if overlap:
+        st.errors.append(
+            f"{st.host}: split.product {sel['product']!r} and {st.origin[overlap[0].key]} both name "
+            f"GPU(s) {_fmt_list(g.describe() for g in overlap)}; a GPU belongs to one share (narrow the "
+            f"product pattern, or keep only GPUs of other products in {st.origin[overlap[0].key]})"
+        )
+        return
+    picked = [g for g in matched if st.usable(g)]
     if not picked:
         st.errors.append(
-            f"{st.host}: split.product {sel['product']!r} matches only GPUs that are unhealthy or kept for "
-            f"the host: {_fmt_list(g.describe() for g in matched)}"
+            f"{st.host}: split.product {sel['product']!r} matches only GPUs that are unhealthy: "
+            f"{_fmt_list(g.describe() for g in matched)}"
         )
         return
     for g in picked:
@@ -795,8 +797,8 @@ def _check_dra(st):
             )
         if share == SHARE_HOST and g.mig_enabled:
             st.warnings.append(
-                f"mode dra: GPU {g.uuid} has MIG enabled; the taint on gpu-{g.minor} "
-                "does not cover its MIG devices"
+                f"mode dra: GPU {g.uuid} has MIG enabled; its MIG devices get DeviceTaintRules by the names "
+                "the DRA driver publishes, so they are covered only once the driver has published them"
             )
 
 

@@ -535,6 +535,25 @@ def test_refuses_product_matching_only_unhealthy():
     assert err.errors[0].startswith(f"gpu-a: split.product '{A100}' matches only GPUs that are unhealthy")
 
 
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("host_uuids", [uuid(1, 1), uuid(1, 5)]), ("host_pci_bus_ids", ["2a:00.0", "0000:ab:00.0"])],
+)
+def test_refuses_product_overlapping_the_named_host_share(key, value):
+    """product takes every matching GPU; one the host share names too would be in both shares."""
+    facts = [gpu(i, name=H100 if i < 4 else A100) for i in range(8)]
+    err = refused("gpu-a", facts, "device_plugin", {"product": "*H100*", key: value})
+    assert err.errors == [
+        f"gpu-a: split.product '*H100*' and split.{key} both name GPU(s) {uuid(1, 1)} "
+        f"(00000000:2A:00.0, index 1); a GPU belongs to one share (narrow the product pattern, "
+        f"or keep only GPUs of other products in split.{key})"
+    ]
+    # the host share naming only GPUs of other products is fine
+    plan = plan_node("gpu-a", facts, "device_plugin", {"product": "*H100*", key: value[1:]})
+    assert plan["kubernetes_uuids"] == [uuid(1, i) for i in range(4)]
+    assert plan["host_uuids"] == [uuid(1, i) for i in range(4, 8)]
+
+
 @pytest.mark.parametrize("key", ["uuids", "pci_bus_ids", "indices", "host_uuids"])
 def test_refuses_empty_selection(key):
     err = refused("gpu-a", facts8(), "device_plugin", {key: []})
