@@ -690,3 +690,7 @@ def test_docs_embed_the_current_catalog_table():
     start = doc.index("\n", begin) + 1
     end = doc.index("<!-- catalog:end -->")
     assert doc[start:end] == fg.markdown_table(), "re-render the table in docs/feature-gates.md"
+    counts = [str(len(fg.KNOWN_GATES[m])) for m in fg.SUPPORTED_MINORS]
+    assert f"({', '.join(fg.SUPPORTED_MINORS)}: {', '.join(counts[:-1])} and {counts[-1]} gates)" in doc
+    removed_137 = set(fg.KNOWN_GATES["1.36"]) - set(fg.KNOWN_GATES["1.37"])
+    assert f"... {len(removed_137)} in all)" in doc
