@@ -46,6 +46,7 @@ LABEL_GPU_PRESENT = "nvidia.com/gpu.present"
 LABEL_OPERATOR_DEVICE_PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
 ANNOTATION_NODE_NAME = "gpusplit.io/node-name"
 ANNOTATION_HOST = "gpusplit.io/host"
+ANNOTATION_GPU_TAINT = "gpusplit.io/gpu-taint"  # on a node: gpusplit set the GPU taint there
 DAEMONSET_PREFIX = "gpusplit-dp-"
 CONTAINER_NAME = "nvidia-device-plugin-ctr"  # the same name as the upstream static DaemonSet
 DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
@@ -312,18 +313,75 @@ def node_taints(node_plan, taint_enabled):
     return []
 
 
-def render_node_patch(node_plan, operator_managed=False):
-    """A Node object carrying only gpusplit's labels (for server-side apply)."""
+def taint_text(taint):
+    """``key=value:Effect``, the way kubectl writes a taint."""
+    value = taint.get("value")
+    return f"{taint['key']}{'=' + value if value else ''}:{taint['effect']}"
+
+
+def node_annotations(node_plan, gpu_taint=False):
+    """The annotations gpusplit sets on the node of ``node_plan``.
+
+    ``gpusplit.io/gpu-taint`` marks a node that gets the GPU taint from gpusplit (gpu_taint on
+    and a Kubernetes share): it is applied with the node's labels, so it goes away (server-side
+    apply, a field no longer sent) in the run that stops tainting the node, and that run's
+    gpu_taint_removals, computed from the nodes as they were before, takes the taint off.
+    """
+    annotations = {ANNOTATION_HOST: node_plan["host"]}
+    if node_taints(node_plan, gpu_taint):
+        annotations[ANNOTATION_GPU_TAINT] = taint_text(GPU_TAINT)
+    return annotations
+
+
+def render_node_patch(node_plan, operator_managed=False, gpu_taint=False):
+    """A Node object carrying only gpusplit's labels and annotations (for server-side apply)."""
     return render_template(
         "node.yaml.j2",
         node=node_plan["node"],
         labels=node_labels(node_plan, operator_managed),
-        annotations={ANNOTATION_HOST: node_plan["host"]},
+        annotations=node_annotations(node_plan, gpu_taint),
     )
 
 
-def render_node_patches(plan, operator_managed=False):
-    return [render_node_patch(p, operator_managed) for p in node_plans(plan)]
+def render_node_patches(plan, operator_managed=False, gpu_taint=False):
+    return [render_node_patch(p, operator_managed, gpu_taint) for p in node_plans(plan)]
+
+
+def has_gpu_taint(live_node):
+    """The live node carries nvidia.com/gpu=present:NoSchedule."""
+    taints = ((live_node or {}).get("spec") or {}).get("taints") or []
+    return any(
+        t.get("key") == GPU_TAINT["key"]
+        and t.get("effect") == GPU_TAINT["effect"]
+        and (t.get("value") or "") == GPU_TAINT["value"]
+        for t in taints
+    )
+
+
+def gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes=None):
+    """Names of the live nodes whose GPU taint gpusplit set and must now take off.
+
+    ``live_nodes``: the nodes as they were before this run applied its node patches (their
+    ``gpusplit.io/gpu-taint`` annotation says gpusplit set the taint). A node loses the taint when
+    it still has it, gpusplit set it, and either it is planned in this run and no longer gets it
+    (``taint_enabled`` off, or its Kubernetes share dropped to 0), or its host left the inventory.
+    A taint that someone else set (no annotation) is never touched, and nodes of inventory hosts
+    outside this run (--limit, unreachable) are left as they are (see prune_scope).
+    """
+    planned = {p["node"]: p for p in node_plans(plan)}
+    inventory = {str(n) for n in inventory_nodes or []}
+    out = []
+    for node in live_nodes or []:
+        meta = node.get("metadata") or {}
+        name = meta.get("name")
+        if ANNOTATION_GPU_TAINT not in (meta.get("annotations") or {}) or not has_gpu_taint(node):
+            continue
+        if name in planned:
+            if not node_taints(planned[name], taint_enabled):
+                out.append(name)
+        elif name not in inventory:
+            out.append(name)
+    return sorted(out)
 
 
 # --------------------------------------------------------------------------------------------

@@ -606,3 +606,64 @@ def test_departed_nodes_are_labelled_nodes_nobody_plans_or_lists():
     assert render.render_release_patches(["gpu-gone"]) == [
         {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-gone"}}
     ]
+
+
+# --------------------------------------------------------------------------------------------
+# the optional GPU taint: gpusplit takes off only the taint it set
+
+
+def test_node_patch_marks_the_gpu_taint_gpusplit_sets():
+    patch = render.render_node_patch(node_plan(), gpu_taint=True)
+    assert patch["metadata"]["annotations"] == {
+        "gpusplit.io/host": "gpu-a",
+        "gpusplit.io/gpu-taint": "nvidia.com/gpu=present:NoSchedule",
+    }
+    validate(patch)
+    assert "gpusplit.io/gpu-taint" not in render.render_node_patch(node_plan())["metadata"]["annotations"]
+    # no Kubernetes share: no taint, no mark
+    zero = render.render_node_patch(node_plan(count=0), gpu_taint=True)
+    assert "gpusplit.io/gpu-taint" not in zero["metadata"]["annotations"]
+    marked = [
+        p["metadata"]["name"]
+        for p in render.render_node_patches(fleet(), gpu_taint=True)
+        if "gpusplit.io/gpu-taint" in p["metadata"]["annotations"]
+    ]
+    assert marked == ["a-dp", "b-dra", "c-op"]  # d-none and e-zero have no share
+
+
+def live_node(name, taints=(), marked=True, labels=None):
+    annotations = {"gpusplit.io/gpu-taint": "nvidia.com/gpu=present:NoSchedule"} if marked else {}
+    return {
+        "metadata": {
+            "name": name,
+            "labels": labels or {"gpusplit.io/split": "true"},
+            "annotations": annotations,
+        },
+        "spec": {"taints": list(taints)},
+    }
+
+
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+OTHER_TAINT = {"key": "dedicated", "value": "ml", "effect": "NoSchedule"}
+
+
+def test_gpu_taint_removals():
+    plan = fleet()  # a-dp (2), b-dra (2), c-op (3) have a share; d-none, e-zero none
+    planned = [p["node"] for p in plan["nodes"].values()]
+    nodes = [
+        live_node("a-dp", [GPU_TAINT, OTHER_TAINT]),
+        live_node("c-op", [GPU_TAINT], marked=False),  # someone else's taint: never ours to remove
+        live_node("e-zero", [GPU_TAINT]),  # its share dropped to 0
+        live_node("b-dra", []),  # marked but the taint is already gone
+        live_node("gpu-outside", [GPU_TAINT]),  # inventory host outside this run (--limit)
+        live_node("gpu-gone", [GPU_TAINT]),  # host left the inventory
+        live_node("d-none", [{**GPU_TAINT, "effect": "NoExecute"}]),  # another effect: not the GPU taint
+    ]
+    inventory = [*planned, "gpu-outside"]
+    # taint on: only the node without a share loses it, and the departed one
+    assert render.gpu_taint_removals(nodes, plan, True, inventory) == ["e-zero", "gpu-gone"]
+    # taint off: every node where gpusplit set it and still finds it
+    assert render.gpu_taint_removals(nodes, plan, False, inventory) == ["a-dp", "e-zero", "gpu-gone"]
+    assert render.gpu_taint_removals([], plan, False, inventory) == []
+    assert render.has_gpu_taint(nodes[0]) and not render.has_gpu_taint(nodes[-1])
+    assert render.taint_text({"key": "k", "effect": "NoSchedule"}) == "k:NoSchedule"
