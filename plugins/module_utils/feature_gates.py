@@ -337,17 +337,19 @@ def suggest(name: str, version=None) -> str | None:
     return close[0] if close else None
 
 
+_NOT_REGISTERED = (
+    f"no component of Kubernetes {', '.join(SUPPORTED_MINORS[:-1])} or {SUPPORTED_MINORS[-1]} registers it "
+    "(gate list generated from the Go source)"
+)
+
+
 def unknown_reason(name: str, version) -> str:
     """Why a component of ``version`` would not recognise ``name`` (for error messages)."""
     minor = minor_of(version)
     present = _present_minors(name)
     if not present:
-        text = (
-            f"no Kubernetes {', '.join(SUPPORTED_MINORS)} component registers it "
-            "(gate list generated from the Go source)"
-        )
         hint = suggest(name)
-        return f"{text}; did you mean {hint}?" if hint else text
+        return _NOT_REGISTERED + (f"; did you mean {hint}?" if hint else "")
     removed = removed_in(name, minor)
     if removed:
         merged = GPUSPLIT_GATES.get(name, {}).get("merged_into")
@@ -455,14 +457,17 @@ def check_gates(version, gates: dict, *, allow_uncatalogued: bool = False):
                         f"{unknown_reason(name, minor)}); every component given this gate exits at start",
                     )
                 )
-            elif allow_uncatalogued:
+                continue
+            meant = suggest(name, minor)
+            hint = f" Did you mean {meant}?" if meant else ""
+            if allow_uncatalogued:
                 issues.append(
                     _issue(
                         "warning",
                         "uncatalogued",
                         name,
-                        f"{name} is not a feature gate of Kubernetes {minor} ({unknown_reason(name, minor)}); "
-                        "passed unchecked because allow_uncatalogued is set (an unknown name stops the "
+                        f"{name} is not in the gpusplit catalog: {_NOT_REGISTERED}; passed unchecked on "
+                        f"Kubernetes {minor} because allow_uncatalogued is set (an unknown name stops the "
                         "component at start)",
                     )
                 )
@@ -472,9 +477,10 @@ def check_gates(version, gates: dict, *, allow_uncatalogued: bool = False):
                         "error",
                         "uncatalogued",
                         name,
-                        f"unrecognized feature gate: {name} (Kubernetes {minor}: {unknown_reason(name, minor)}); "
-                        "every component given this gate exits at start. Fix the name; allow_uncatalogued "
-                        "passes it only for builds that register extra gates",
+                        f"{name} is not in the gpusplit feature-gate catalog: {_NOT_REGISTERED}.{hint} "
+                        f"Refusing it on Kubernetes {minor}: an unknown name stops the component with "
+                        f"'unrecognized feature gate: {name}' (allow_uncatalogued passes it, for builds "
+                        "that register gates of their own)",
                     )
                 )
             continue
