@@ -6,17 +6,21 @@ Pure functions over manifests as dicts (Pod, Deployment, StatefulSet, DaemonSet,
 Job, CronJob, and List of those). Each finding names the object, the container, the rule and
 the fix. The rules:
 
-* ``extended-resource-requests-equal-limits``: an ``nvidia.com/*`` extended resource may not be
-  overcommitted, so requests must equal limits (a request without a limit is refused too);
-  kube-apiserver rejects the pod otherwise ("must be equal to nvidia.com/gpu limit").
-* ``extended-resource-integer``: the amount must be a whole number ("must be an integer").
+* ``extended-resource-requests-equal-limits``: an extended resource (``nvidia.com/gpu``,
+  ``amd.com/gpu``, ``example.com/foo``: any name with a domain outside ``*kubernetes.io/``, see
+  ``is_extended_resource``) may not be overcommitted, so requests must equal limits (a request
+  without a limit is refused too); kube-apiserver rejects the pod otherwise ("must be equal to
+  nvidia.com/gpu limit").
+* ``extended-resource-integer``: its amount must be a whole number ("must be an integer").
 * ``visible-devices-env``: ``NVIDIA_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES`` or
   ``NVIDIA_DRIVER_CAPABILITIES`` set in a container's env outside the allowed namespaces: with
   the default runtime settings a pod can grab GPUs (even the host's share) by setting
   ``NVIDIA_VISIBLE_DEVICES`` without requesting any. ``visible-devices-env-from`` (a warning):
   an ``envFrom`` source whose keys the lint cannot see could set the same names.
 * ``gpu-taint-toleration``: when the fleet taints its GPU nodes (nvidia.com/gpu=present:NoSchedule),
-  a pod that requests GPUs must tolerate that taint or it stays Pending.
+  a pod that requests GPUs (``nvidia.com/gpu*``, ``nvidia.com/mig-*``) or gets devices through DRA
+  (a pod-level ``resourceClaims`` entry that a container names in ``resources.claims``) must
+  tolerate that taint or it stays Pending.
 * ``runtime-class-nvidia``: ``runtimeClassName: nvidia`` (the CDI gate) only in allowed namespaces.
 
 The admission guard (templates/validatingadmissionpolicy.yaml.j2 and
@@ -31,7 +35,9 @@ import re
 from ansible_collections.gpusplit.k8s.plugins.module_utils import render
 from ansible_collections.gpusplit.k8s.plugins.module_utils.diagnose import parse_quantity, tolerates
 
-EXTENDED_PREFIX = "nvidia.com/"
+NATIVE_DOMAIN = "kubernetes.io/"  # kubernetes.io/ and every *.kubernetes.io/ name is native
+QUOTA_PREFIX = "requests."  # quota names, never a container resource
+HUGEPAGES_PREFIX = "hugepages-"
 GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 VISIBILITY_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
 DEFAULT_ALLOWED_NAMESPACES = ("kube-system", "gpu-operator")
@@ -108,6 +114,31 @@ def _finding(obj, container, rule, message, fix):
     }
 
 
+def is_extended_resource(name):
+    """Whether kube-apiserver treats a container resource name as an extended resource.
+
+    Kubernetes' rule (IsExtendedResourceName in k8s.io/kubernetes pkg/apis/core/helper): the
+    name has a domain (a "/"), the domain is not in the kubernetes.io namespace (the name does
+    not contain "kubernetes.io/"), and it does not start with "requests.". Those may not be
+    overcommitted and must be integers. Unprefixed names (cpu, memory, ephemeral-storage,
+    hugepages-2Mi) are native.
+    """
+    name = str(name)
+    return (
+        "/" in name
+        and NATIVE_DOMAIN not in name
+        and not name.startswith(QUOTA_PREFIX)
+        and not name.startswith(HUGEPAGES_PREFIX)
+    )
+
+
+def _integer_fix(resource):
+    fix = f"use a whole number, e.g. {resource}: 1"
+    if str(resource).startswith(GPU_PREFIXES):
+        fix += " (for a share of a GPU use MIG or time-slicing resources)"
+    return fix
+
+
 def _resource_findings(obj, kind_of_list, container):
     out = []
     name = container.get("name")
@@ -116,7 +147,7 @@ def _resource_findings(obj, kind_of_list, container):
     requests = res.get("requests") or {}
     limits = res.get("limits") or {}
     for resource in sorted(set(requests) | set(limits)):
-        if not str(resource).startswith(EXTENDED_PREFIX):
+        if not is_extended_resource(resource):
             continue
         req, lim = requests.get(resource), limits.get(resource)
         for label, value in (("request", req), ("limit", lim)):
@@ -129,8 +160,9 @@ def _resource_findings(obj, kind_of_list, container):
                         obj,
                         name,
                         "extended-resource-integer",
-                        f"{where}: {resource} {label} {value!r} is not a whole number; a device cannot be split",
-                        f"request whole devices, e.g. {resource}: 1 (for a share of a GPU use MIG or time-slicing resources)",
+                        f"{where}: {resource} {label} {value!r} is not a whole number; "
+                        "an extended resource is counted in whole units",
+                        _integer_fix(resource),
                     )
                 )
         if req is not None and lim is None:
@@ -167,6 +199,22 @@ def _gpu_amount(spec):
                         q = parse_quantity(value)
                         total = max(total, q or 0)
     return total
+
+
+def dra_claims(spec):
+    """The pod-level resourceClaims (DRA) that a container or init container names in
+    ``resources.claims``, in the pod's order: the pod gets devices through them."""
+    used = set()
+    for list_name in ("initContainers", "containers"):
+        for c in spec.get(list_name) or []:
+            for ref in (c.get("resources") or {}).get("claims") or []:
+                if isinstance(ref, dict) and ref.get("name"):
+                    used.add(ref["name"])
+    return [
+        rc["name"]
+        for rc in spec.get("resourceClaims") or []
+        if isinstance(rc, dict) and rc.get("name") in used
+    ]
 
 
 def lint(
@@ -243,17 +291,23 @@ def lint(
                     f"{', '.join(sorted(allowed)) or 'no namespace'} may use it",
                 )
             )
-        if gpu_taint and _gpu_amount(spec) > 0:
+        claims = dra_claims(spec)
+        if gpu_taint and (_gpu_amount(spec) > 0 or claims):
             taint = {k: gpu_taint.get(k) for k in ("key", "value", "effect")}
             if not any(tolerates(t, taint) for t in spec.get("tolerations") or []):
                 value = taint.get("value")
                 tol = f"{{key: {taint['key']}, operator: {'Equal, value: ' + value if value else 'Exists'}, effect: {taint['effect']}}}"
+                how = (
+                    "requests GPUs"
+                    if _gpu_amount(spec) > 0
+                    else f"gets devices through resource claim(s) {', '.join(claims)} (DRA)"
+                )
                 findings.append(
                     _finding(
                         obj,
                         None,
                         "gpu-taint-toleration",
-                        f"requests GPUs but does not tolerate the fleet's GPU taint "
+                        f"{how} but does not tolerate the fleet's GPU taint "
                         f"{taint['key']}{'=' + value if value else ''}:{taint['effect']}: it would stay Pending",
                         f"add to the pod template's tolerations: {tol}",
                     )

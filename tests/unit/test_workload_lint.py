@@ -123,11 +123,64 @@ def test_non_integer_amounts(value):
     (f,) = wl.lint([wrap("Pod", pod_spec(c))])
     assert f["rule"] == "extended-resource-integer"
     assert repr(value) in f["message"]
+    assert (
+        f["fix"]
+        == "use a whole number, e.g. nvidia.com/gpu: 1 (for a share of a GPU use MIG or time-slicing resources)"
+    )
 
 
 def test_other_nvidia_extended_resources_follow_the_same_rules():
     c = container(requests={"nvidia.com/mig-1g.10gb": "1"}, limits={"nvidia.com/mig-1g.10gb": "2"})
     assert rules(wl.lint([wrap("Pod", pod_spec(c))])) == [("extended-resource-requests-equal-limits", "main")]
+
+
+@pytest.mark.parametrize(
+    "resource",
+    ["amd.com/gpu", "example.com/foo", "gpu.intel.com/i915", "vendor.io/nic-vf", "kubernetes.io.example/x"],
+)
+def test_every_extended_resource_follows_the_same_rules(resource):
+    differ = container(requests={resource: "1"}, limits={resource: "2"})
+    assert rules(wl.lint([wrap("Pod", pod_spec(differ))])) == [
+        ("extended-resource-requests-equal-limits", "main")
+    ]
+    (f,) = wl.lint([wrap("Pod", pod_spec(container(requests={resource: "1"})))])
+    assert (f["rule"], f["fix"]) == (
+        "extended-resource-requests-equal-limits",
+        f"set resources.limits.{resource}: 1 (or only the limit: the request defaults to it)",
+    )
+    (f,) = wl.lint([wrap("Pod", pod_spec(container(limits={resource: "500m"})))])
+    assert f["rule"] == "extended-resource-integer"
+    assert f["message"] == f"container main: {resource} limit '500m' is not a whole number; " + (
+        "an extended resource is counted in whole units"
+    )
+    assert (
+        f["fix"] == f"use a whole number, e.g. {resource}: 1"
+    )  # the GPU-share advice is for nvidia.com only
+    assert wl.lint([wrap("Pod", pod_spec(container(requests={resource: 2}, limits={resource: "2"})))]) == []
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        "cpu",
+        "memory",
+        "ephemeral-storage",
+        "hugepages-2Mi",
+        "hugepages-1Gi",
+        "kubernetes.io/batch-cpu",  # the kubernetes.io namespace is native
+        "scheduling.kubernetes.io/foo",  # and so is every *.kubernetes.io
+        "requests.example.com/foo",  # a quota name, never an extended resource
+    ],
+)
+def test_native_resources_and_hugepages_may_differ_and_be_fractions(resource):
+    c = container(requests={resource: "500m"}, limits={resource: "1"})
+    assert wl.lint([wrap("Pod", pod_spec(c))]) == [], resource
+    assert not wl.is_extended_resource(resource)
+
+
+def test_is_extended_resource():
+    for name in ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu", "example.com/foo"):
+        assert wl.is_extended_resource(name), name
 
 
 @pytest.mark.parametrize(
@@ -192,6 +245,50 @@ def test_gpu_taint_toleration():
     assert "operator: Exists" in f["fix"]
     with pytest.raises(wl.LintError):
         wl.lint([untolerated], gpu_taint={"value": "x"})
+
+
+def dra_spec(claims=("gpu",), referenced=("gpu",), init_refs=(), tolerations=None):
+    """A pod spec getting devices through DRA: pod-level claims, containers naming some of them."""
+    main = container()
+    if referenced:
+        main["resources"] = {"claims": [{"name": n} for n in referenced]}
+    init = None
+    if init_refs:
+        init = [dict(container("prep"), resources={"claims": [{"name": n} for n in init_refs]})]
+    spec = pod_spec(main, tolerations=tolerations, init=init)
+    spec["resourceClaims"] = [{"name": n, "resourceClaimTemplateName": f"{n}-template"} for n in claims]
+    return spec
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gpu_taint_toleration_counts_dra_claims(kind):
+    obj = wrap(kind, dra_spec())
+    kubernetes_validate.validate(obj, K8S, strict=True)  # a real 1.37 object
+    assert wl.lint([obj]) == []  # the fleet does not taint: nothing to tolerate
+    (f,) = wl.lint([obj], gpu_taint=True)
+    assert f["rule"] == "gpu-taint-toleration"
+    assert f["message"] == (
+        "gets devices through resource claim(s) gpu (DRA) but does not tolerate the fleet's GPU taint "
+        "nvidia.com/gpu=present:NoSchedule: it would stay Pending"
+    )
+    assert "{key: nvidia.com/gpu, operator: Equal, value: present, effect: NoSchedule}" in f["fix"]
+    assert wl.lint([wrap(kind, dra_spec(tolerations=[GPU_TOL]))], gpu_taint=True) == []
+
+
+def test_dra_claims_only_when_a_container_names_them():
+    # a claim no container names gives no container a device
+    assert wl.dra_claims(dra_spec(referenced=())) == []
+    assert wl.lint([wrap("Pod", dra_spec(referenced=()))], gpu_taint=True) == []
+    # an init container's claim counts; only the named claims are listed, in the pod's order
+    spec = dra_spec(claims=("a", "b", "c"), referenced=("c",), init_refs=("a",))
+    assert wl.dra_claims(spec) == ["a", "c"]
+    (f,) = wl.lint([wrap("Job", spec)], gpu_taint=True)
+    assert f["message"].startswith("gets devices through resource claim(s) a, c (DRA)")
+    # a pod with both GPUs and claims is told about its GPUs
+    both = dra_spec()
+    both["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    (f,) = wl.lint([wrap("Pod", both)], gpu_taint=True)
+    assert f["message"].startswith("requests GPUs but")
 
 
 def test_lists_multi_docs_and_other_kinds():
