@@ -12,6 +12,8 @@ from __future__ import annotations
 from ansible_collections.gpusplit.k8s.plugins.module_utils.gpu_facts import (
     HEALTH_DEGRADED,
     HEALTH_LOST,
+    UNOPENED_ADVICE,
+    UNOPENED_ADVICE_DEFAULT,
     GpuFactsError,
     bytes_to_mib,
     compute_health,
@@ -93,31 +95,6 @@ def _error_name(nvml, code):
     return f"NVML error code {code}"
 
 
-# Why nvmlDeviceGetHandleByIndex fails (nvml.h) and what the operator can do about it. Lost codes make
-# the GPU lost; every other code leaves a GPU that is there but cannot be used: degraded.
-_HANDLE_ADVICE = {
-    "NVML_ERROR_GPU_IS_LOST": "the GPU fell off the bus or stopped answering (reset it or reboot the host)",
-    "NVML_ERROR_RESET_REQUIRED": "the GPU needs a reset (reset it or reboot the host)",
-    "NVML_ERROR_NO_PERMISSION": (
-        "the user running the module may not open this GPU: run the task as root (become: true) or give "
-        "that user read/write access to /dev/nvidiactl and the GPU's /dev/nvidia<minor> device file "
-        "(in a container: expose that device to it)"
-    ),
-    "NVML_ERROR_NOT_SUPPORTED": (
-        "the installed driver cannot manage this GPU through NVML (a GPU this driver branch does not "
-        "support): install a driver that supports it; nvidia-smi and the kernel log (dmesg) say more"
-    ),
-    "NVML_ERROR_INSUFFICIENT_POWER": (
-        "the GPU's external power cables are not connected properly: connect them and power-cycle the host"
-    ),
-    "NVML_ERROR_IRQ_ISSUE": (
-        "the kernel driver saw an interrupt problem with this GPU: look for Xid errors in the kernel log "
-        "(dmesg)"
-    ),
-}
-_HANDLE_ADVICE_DEFAULT = "nvidia-smi and the kernel log (dmesg) may say why"
-
-
 def _unopened_gpu(index, status, said, advice, warnings):
     """The record of a GPU nvmlDeviceGetHandleByIndex refused: only its index is known."""
     gpu = new_gpu(index)
@@ -142,7 +119,7 @@ def _open_device(nvml, reader, index, warnings):
         code = _error_code(exc)
         name = _error_name(nvml, code)
         status = HEALTH_LOST if code in reader.lost_codes else HEALTH_DEGRADED
-        advice = _HANDLE_ADVICE.get(name, _HANDLE_ADVICE_DEFAULT)
+        advice = UNOPENED_ADVICE.get(name, UNOPENED_ADVICE_DEFAULT)
         said = f"returned {name} ({_error_text(exc)})"
         return None, _unopened_gpu(index, status, said, advice, warnings)
 

@@ -31,9 +31,11 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils.gpu_facts import (
     smi_says_no_devices,
     smi_says_no_driver,
     smi_unknown_field,
+    smi_unopened_cause,
     sort_gpus,
     sysfs_pci_address,
     token_kind,
+    unopened_health,
 )
 
 
@@ -192,12 +194,7 @@ def collect(run, smi_path, read_text=None, sysfs_root="/sys"):
         gpu = new_gpu()
         gpu["pci_bus_id"] = bus_id
         gpu["minor_number"] = xml_gpus.get(bus_id, {}).get("minor_number")
-        gpu["health"] = compute_health(
-            gpu,
-            [
-                f"nvidia-smi cannot open this GPU ({why}): it is lost or needs a reset (reset it or reboot the host)"
-            ],
-        )
+        gpu["health"] = unopened_health(smi_unopened_cause(why), f"nvidia-smi cannot open this GPU ({why})")
         gpus.append(gpu)
     if driver is None and xml:
         driver = xml.get("driver_version")

@@ -872,3 +872,49 @@ def test_gpu_fixture_uuids_are_real_format():
             assert gpu["pci_bus_id"] == gf.normalize_pci_bus_id(gpu["pci_bus_id"])
             for mig in gpu["mig_devices"]:
                 assert MIG_UUID_RE.match(mig["uuid"])
+
+
+SMI_HANDLE_FAILURES = {
+    # how the fixture refuses the GPU: (health, what nvidia-smi prints, part of the advice)
+    "no_permission": ("degraded", "Insufficient Permissions", "run the task as root"),
+    "unsupported": ("degraded", "Not Supported", "install a driver that supports it"),
+    "NVML_ERROR_RESET_REQUIRED": ("lost", "GPU requires reset", "reset it or reboot the host"),
+    "NVML_ERROR_INSUFFICIENT_POWER": ("degraded", "Insufficient External Power", "power cables"),
+    "lost_at_handle": ("lost", "GPU is lost", "reset it or reboot the host"),
+}
+
+
+@pytest.mark.parametrize("how", sorted(SMI_HANDLE_FAILURES))
+def test_gpu_smi_names_why_it_cannot_open_a_gpu(how, monkeypatch, tmp_path):
+    """The nvidia-smi backend reports a GPU it cannot open with the same verdict and advice as NVML."""
+    status, text, advice = SMI_HANDLE_FAILURES[how]
+    data = fixture("gpu-lost.json")
+    data["gpus"][2]["lost"] = False
+    if how == "lost_at_handle":
+        data["gpus"][2]["lost_hidden"] = True
+    else:
+        _refuse_handle(data, how)
+    path = tmp_path / "refused.json"
+    path.write_text(json.dumps(data))
+    monkeypatch.setenv(ENV, str(path))
+    result = module.gather(params(backend="nvidia-smi"), FakeHost(path))
+    gpus = result["ansible_facts"]["nvidia_gpus"]
+    [refused] = [g for g in gpus if g["uuid"] is None]
+    assert refused["pci_bus_id"] == gf.normalize_pci_bus_id(data["gpus"][2]["pci_bus_id"])
+    assert refused["health"]["status"] == status
+    [reason] = refused["health"]["reasons"]
+    assert reason.startswith(f"nvidia-smi cannot open this GPU ({text}")
+    assert advice in reason
+    assert sum(1 for g in gpus if g["uuid"]) == 3
+
+
+def test_smi_cause_texts_map_to_nvml_errors():
+    assert gf.smi_unopened_cause("Insufficient Permissions") == "NVML_ERROR_NO_PERMISSION"
+    assert (
+        gf.smi_unopened_cause("GPU is lost.  Reboot the system to recover this GPU")
+        == "NVML_ERROR_GPU_IS_LOST"
+    )
+    assert gf.smi_unopened_cause("Unknown Error") == "NVML_ERROR_GPU_IS_LOST"  # unknown: treated as lost
+    health = gf.unopened_health("NVML_ERROR_NO_PERMISSION", "x")
+    assert health["status"] == "degraded" and "become: true" in health["reasons"][0]
+    assert gf.unopened_health("NVML_ERROR_RESET_REQUIRED", "x")["status"] == "lost"
