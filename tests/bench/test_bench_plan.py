@@ -27,15 +27,18 @@ def plan_and_render(hosts):
     return plan, render_fleet(plan, {"namespace": "gpusplit-system"})
 
 
-def test_bench_plan_and_render_10k_nodes(benchmark):
-    hosts = synthetic_fleet(10_000)
+@pytest.mark.parametrize("nodes", [1_000, 5_000, 10_000], ids=["1k", "5k", "10k"])
+def test_bench_plan_and_render(benchmark, nodes):
+    """Time at 1k, 5k and 10k nodes: the growth between them shows whether it stays linear."""
+    hosts = synthetic_fleet(nodes)
     plan, objects = benchmark.pedantic(plan_and_render, args=(hosts,), rounds=3, iterations=1)
-    assert plan["summary"]["nodes"] == 10_000
-    assert plan["summary"]["gpus"] == 10_000 * GPUS_PER_NODE
+    assert plan["summary"]["nodes"] == nodes
+    assert plan["summary"]["gpus"] == nodes * GPUS_PER_NODE
     daemonsets = [o for o in objects if o["kind"] == "DaemonSet"]
     # modes device_plugin/gpu_operator (3 of 5) with a non-empty Kubernetes share (every split here)
-    assert len(daemonsets) == 6_000
+    assert len(daemonsets) == nodes * 3 // 5
     assert len({d["metadata"]["name"] for d in daemonsets}) == len(daemonsets)
+    assert objects[0]["kind"] == "Namespace"
 
 
 def test_bench_plan_only_10k_nodes(benchmark):
