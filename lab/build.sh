@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # Build the lab's pinned control-plane binaries from the published Go modules.
 # Output: .lab/bin/{etcd,kube-apiserver,kube-scheduler,kube-controller-manager,kubeadm,kwok}
-# A binary is rebuilt only when its version stamp differs from lab/versions.env.
+# A binary is rebuilt only when its version stamp (.lab/bin/.<name>.version) differs from
+# lab/versions.env; a cached one is left alone and reported as "cached".
+# `all` also puts the Kubernetes sources that the feature-gate catalog is checked against
+# (FEATURE_GATE_SOURCES) into the Go module cache.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=/dev/null
 . "$root/lab/versions.env"
+: "${KUBE_VERSION:?}" "${ETCD_VERSION:?}" "${KWOK_VERSION:?}" "${GO_TOOLCHAIN:?}" "${FEATURE_GATE_SOURCES:?}"
 bin="$root/.lab/bin"
 work="$root/.lab/build"
 mkdir -p "$bin" "$work"
@@ -16,6 +20,77 @@ stamp_ok() { # name version
 }
 mark() { echo "$2" >"$bin/.$1.version"; }
 log() { echo "[lab-build] $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+version_ge() { # a b: is version a at least b (1.26.8 >= 1.26.0)?
+  [ "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n1)" = "$2" ]
+}
+
+local_go_version() { # the machine's own go, whatever GOTOOLCHAIN says: 1.26.8
+  local v
+  v=$(GOTOOLCHAIN=local go env GOVERSION 2>/dev/null) || v=$(go version | awk '{print $3}')
+  v=${v#go}
+  echo "${v%% *}"
+}
+
+# The go command. The machine's own Go builds when it is new enough for a module's go
+# directive; otherwise GOTOOLCHAIN selects the pinned GO_TOOLCHAIN, which the go command fetches
+# from the Go module proxy (module golang.org/toolchain). A Go older than 1.21 cannot switch
+# toolchains (Debian 12's golang-go is 1.19): then the pinned toolchain is downloaded as a
+# module with that go and put first on PATH, as the go command itself would run it.
+ensure_go() {
+  command -v go >/dev/null ||
+    die "no go command on PATH: install Go 1.21 or newer (Debian: apt-get install golang-go); .ci/run does this"
+  local have
+  have=$(local_go_version)
+  version_ge "$have" 1.21 && return
+  local mod dir
+  mod="golang.org/toolchain@v0.0.1-$GO_TOOLCHAIN.$(go env GOOS)-$(go env GOARCH)"
+  log "go $have cannot switch toolchains; fetching $GO_TOOLCHAIN from the Go module proxy ($mod)"
+  dir=$(cd "$work" && GOFLAGS='' go mod download -json "$mod" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')
+  [ -n "$dir" ] && [ -f "$dir/bin/go" ] || die "could not download $mod"
+  # module zips carry no file modes: make the commands executable (the go command does the same)
+  find "$dir/bin" "$dir/pkg/tool" -type f ! -perm -u+x -exec chmod a+x {} +
+  export PATH="$dir/bin:$PATH" GOROOT="$dir"
+  log "using $("$dir/bin/go" version)"
+}
+
+use_go_for() { # go directive of the module about to be built: switch toolchains when too old
+  local have
+  have=$(local_go_version)
+  if version_ge "$have" "$1"; then
+    export GOTOOLCHAIN=local
+  else
+    log "the machine's go $have is older than the go $1 this build needs: GOTOOLCHAIN=$GO_TOOLCHAIN"
+    export GOTOOLCHAIN=$GO_TOOLCHAIN
+  fi
+}
+
+gomod_of() { # module version: path of that module's go.mod in the module cache
+  (cd "$work" && GOFLAGS='' GOTOOLCHAIN=local go mod download -json "$1@v$2" |
+    sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+}
+
+go_directive() { sed -n 's/^go \([0-9.]*\).*/\1/p' "$1"; }
+
+# `go build -v` names each package as it compiles it; print a summary line at most every
+# PROGRESS_EVERY seconds, so a cold build (minutes) shows it is moving without a flood.
+# Errors and anything else go build says pass through unchanged.
+progress() { # label
+  local label=$1 line pkgs=0 mods=0 start=$SECONDS last=$SECONDS
+  while IFS= read -r line; do
+    case $line in
+      "go: downloading "*) mods=$((mods + 1)) ;;
+      *[[:space:]:]* | "#"* | "") echo "$line" >&2 ;;
+      *) pkgs=$((pkgs + 1)) ;;
+    esac
+    if ((SECONDS - last >= ${PROGRESS_EVERY:-30})); then
+      last=$SECONDS
+      log "$label: $pkgs packages compiled, $mods modules downloaded, $((SECONDS - start)) s"
+    fi
+  done
+  log "$label: done in $((SECONDS - start)) s ($pkgs packages compiled, $mods modules downloaded)"
+}
 
 build_kube() {
   local need=()
@@ -23,14 +98,15 @@ build_kube() {
     stamp_ok "$c" "$KUBE_VERSION" || need+=("$c")
   done
   [ ${#need[@]} -eq 0 ] && { log "kubernetes v$KUBE_VERSION binaries cached"; return; }
-  local d="$work/kube"
+  local d="$work/kube" modfile
   mkdir -p "$d"
   log "preparing module k8s.io/kubernetes v$KUBE_VERSION (staging modules pinned to v0.${KUBE_VERSION#1.})"
-  modfile=$(cd "$d" && go mod download -json "k8s.io/kubernetes@v$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)".*/\1/p')
+  modfile=$(gomod_of k8s.io/kubernetes "$KUBE_VERSION")
+  [ -n "$modfile" ] || die "could not download k8s.io/kubernetes v$KUBE_VERSION"
   {
     echo "module gpusplit.lab/kube"
     echo
-    echo "go $(sed -n 's/^go \(.*\)/\1/p' "$modfile")"
+    echo "go $(go_directive "$modfile")"
     echo
     echo "require k8s.io/kubernetes v$KUBE_VERSION"
     echo
@@ -38,9 +114,10 @@ build_kube() {
     sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 v0.'"${KUBE_VERSION#1.}"'#p' "$modfile"
     echo ")"
   } >"$d/go.mod"
+  use_go_for "$(go_directive "$modfile")"
   (cd "$d" && for c in "${need[@]}"; do
-     log "building $c (cold builds take many minutes on two cores)"
-     go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBE_VERSION#1.}" -o "$bin/$c" "k8s.io/kubernetes/cmd/$c"
+     log "building $c v$KUBE_VERSION (a cold build takes many minutes on two cores)"
+     go build -v -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBE_VERSION#1.}" -o "$bin/$c" "k8s.io/kubernetes/cmd/$c" 2>&1 | progress "$c"
      mark "$c" "$KUBE_VERSION"
    done)
 }
@@ -48,21 +125,44 @@ build_kube() {
 build_simple() { # name module-version pkg go-module-path
   local name=$1 ver=$2 pkg=$3 mod=$4
   stamp_ok "$name" "$ver" && { log "$name v$ver cached"; return; }
-  local d="$work/$name"
+  local d="$work/$name" modfile godir
   mkdir -p "$d"
-  printf 'module gpusplit.lab/%s\n\ngo 1.26\n\nrequire %s v%s\n' "$name" "$mod" "$ver" >"$d/go.mod"
+  # the go directive is the pinned module's own: the oldest Go that module builds with
+  modfile=$(gomod_of "$mod" "$ver")
+  [ -n "$modfile" ] || die "could not download $mod v$ver"
+  godir=$(go_directive "$modfile")
+  [ -n "$godir" ] || die "$mod v$ver: no go directive in its go.mod"
+  printf 'module gpusplit.lab/%s\n\ngo %s\n\nrequire %s v%s\n' "$name" "$godir" "$mod" "$ver" >"$d/go.mod"
+  use_go_for "$godir"
   log "building $name v$ver"
-  (cd "$d" && go build -trimpath -ldflags "-s -w" -o "$bin/$name" "$pkg")
+  (cd "$d" && go build -v -trimpath -ldflags "-s -w" -o "$bin/$name" "$pkg" 2>&1 | progress "$name")
   mark "$name" "$ver"
 }
 
-case "${1:-all}" in
+gate_sources() {
+  # tests/unit/test_feature_gates.py reads pkg/features/kube_features.go of these releases (and
+  # of KUBE_VERSION, which build_kube downloads) from the Go module cache
+  local v mods=()
+  for v in ${FEATURE_GATE_SOURCES//,/ }; do mods+=("k8s.io/kubernetes@v$v"); done
+  (cd "$work" && GOFLAGS='' GOTOOLCHAIN=local go mod download "${mods[@]}" "k8s.io/kubernetes@v$KUBE_VERSION") ||
+    die "could not download the feature-gate sources ${mods[*]}"
+  log "feature-gate sources in the Go module cache ($(go env GOMODCACHE)): ${mods[*]} k8s.io/kubernetes@v$KUBE_VERSION"
+}
+
+cmd=${1:-all}
+case "$cmd" in
+  kube | etcd | kwok | gate-sources | all | go) ensure_go ;;
+  *) echo "usage: $0 [all|kube|etcd|kwok|gate-sources|go]" >&2; exit 2 ;;
+esac
+case "$cmd" in
+  go) log "go: $(go version) (GO_TOOLCHAIN=$GO_TOOLCHAIN when a module needs a newer one)" ;;
   kube) build_kube ;;
   etcd) build_simple etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
   kwok) build_simple kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok ;;
+  gate-sources) gate_sources ;;
   all)
     build_simple etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
     build_simple kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok
-    build_kube ;;
-  *) echo "usage: $0 [all|kube|etcd|kwok]" >&2; exit 2 ;;
+    build_kube
+    gate_sources ;;
 esac

@@ -11,6 +11,8 @@ etcd and kwok are not static pods here; their flags are defined below too.
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
 
 import yaml
@@ -23,6 +25,8 @@ DATA = LAB / "data"
 LOGS = LAB / "logs"
 MANIFESTS = LAB / "manifests"
 KUBECONFIG = LAB / "kubeconfig"
+KWOK_STAGES_TEMPLATE = ROOT / "lab" / "kwok-stages.yaml.tmpl"
+KWOK_STAGES = LAB / "kwok-stages.yaml"
 
 HOST = "127.0.0.1"
 PORTS = {
@@ -72,6 +76,28 @@ def etcd_command() -> list[str]:
     ]
 
 
+def render_kwok_stages(template: str, kube_version: str) -> str:
+    """The kwok stages with the pinned Kubernetes version filled in (the nodes' kubeletVersion)."""
+    if not re.fullmatch(r"\d+\.\d+\.\d+", kube_version or ""):
+        raise ValueError(f"KUBE_VERSION {kube_version!r} in lab/versions.env is not a version like 1.37.2")
+    text = template.replace("@KUBE_VERSION@", kube_version)
+    left = sorted(set(re.findall(r"@[A-Z_]+@", text)))
+    if left:
+        raise ValueError(f"{KWOK_STAGES_TEMPLATE.name}: unknown placeholder(s) {', '.join(left)}")
+    return text
+
+
+def write_kwok_stages() -> Path:
+    """Render the kwok stages into .lab/ (written only when the template or the pin changed)."""
+    text = render_kwok_stages(KWOK_STAGES_TEMPLATE.read_text(), versions().get("KUBE_VERSION", ""))
+    if not KWOK_STAGES.is_file() or KWOK_STAGES.read_text() != text:
+        LAB.mkdir(parents=True, exist_ok=True)
+        tmp = KWOK_STAGES.with_name(f".{KWOK_STAGES.name}.{os.getpid()}")
+        tmp.write_text(text)
+        tmp.replace(KWOK_STAGES)
+    return KWOK_STAGES
+
+
 def kwok_command() -> list[str]:
     # kwok stands in for the kubelets of the simulated GPU nodes: it keeps their Ready condition
     # and leases fresh and moves bound pods to Running. It manages only nodes carrying the
@@ -79,7 +105,7 @@ def kwok_command() -> list[str]:
     return [
         str(BIN / "kwok"),
         f"--kubeconfig={KUBECONFIG}",
-        f"--config={ROOT / 'lab' / 'kwok-stages.yaml'}",
+        f"--config={write_kwok_stages()}",
         "--manage-all-nodes=false",
         "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
         "--cidr=10.0.0.1/24",

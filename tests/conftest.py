@@ -3,13 +3,16 @@
 - the collection imports as ansible_collections.gpusplit.k8s (from .collections, made by `make venv`);
 - the lab fixtures (`lab`, `kubectl`, `core_api`): the lab control plane is started once per
   session by the first test that asks for it. It is never skipped: if it cannot be built or
-  started, those tests error with the reason (and in CI, CI=true, the run fails).
+  started, those tests error with the reason (and in CI, CI=true, the run fails);
+- in CI (CI=true) a test or module that ends skipped fails instead, unless its skip reason is on
+  CI_ALLOWED_SKIPS below: a missing reference file, tool or module cache is a broken CI machine.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -28,6 +31,66 @@ from lab import components as C  # noqa: E402
 from lab import lab as labctl  # noqa: E402
 from lab.gates import enable_generic_workload  # noqa: E402
 from lab.lab import TRANSIENT_ERRORS as TRANSIENT  # noqa: E402
+
+# Skips that CI accepts: (folder or file under tests/, skip-reason pattern, why it is legitimate).
+# Anything else that skips when CI=true fails the run, naming this list.
+CI_ALLOWED_SKIPS: tuple[tuple[str, str, str], ...] = (
+    ("bench/", r"benchmarks are off", "timing-only: measured by `make bench`, not by `make test`"),
+    ("bench/", r"memory growth runs with --benchmark-enable", "timing-only: `make bench`"),
+    ("bench/", r"applies 2,000 DaemonSets", "a load measurement: `make bench`"),
+    ("unit/test_host_share.py", r"needs systemd-analyze$", "systemd is optional on a build machine"),
+)
+TESTS = Path(__file__).resolve().parent
+
+
+def _ci() -> bool:
+    return os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def _skip_reason(report) -> str:
+    longrepr = report.longrepr
+    reason = longrepr[2] if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr)
+    return reason.removeprefix("Skipped: ")
+
+
+def skip_allowed_in_ci(path: Path, reason: str) -> bool:
+    """True when a skip of the test file at path, for this reason, is on CI_ALLOWED_SKIPS."""
+    try:
+        rel = path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return False
+    return any(
+        (rel == where or (where.endswith("/") and rel.startswith(where))) and re.search(pattern, reason)
+        for where, pattern, _why in CI_ALLOWED_SKIPS
+    )
+
+
+def _fail_skip_in_ci(report, path: Path) -> None:
+    if not (_ci() and report.skipped and not hasattr(report, "wasxfail")):
+        return
+    reason = _skip_reason(report)
+    if skip_allowed_in_ci(path, reason):
+        return
+    report.outcome = "failed"
+    report.longrepr = (
+        f"skipped in CI (CI=true), which fails the run: {reason}\n"
+        "Make what it needs available to CI (.ci/run, make venv, lab/build.sh), or, if the skip is "
+        "legitimate on every CI machine, add it to CI_ALLOWED_SKIPS in tests/conftest.py."
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_skip_in_ci(outcome.get_result(), Path(str(item.path)))
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    path = getattr(collector, "path", None)
+    if path is not None:
+        _fail_skip_in_ci(outcome.get_result(), Path(str(path)))
 
 
 class Kubectl:
