@@ -33,9 +33,12 @@ def gpusplit_dra_node_patches(plan, operator_managed=False):
     return [render.render_node_patch(p, operator_managed) for p in dra.dra_node_plans(plan)]
 
 
-def gpusplit_dra_host_rules(plan, effect="NoSchedule"):
-    """One DeviceTaintRule per host-share and excluded device of every node in mode dra."""
-    return dra.host_share_rules(plan, effect)
+def gpusplit_dra_host_rules(plan, effect="NoSchedule", slices=None):
+    """One DeviceTaintRule per host-share and excluded device of every node in mode dra.
+
+    ``slices``: the live ResourceSlices, so that the MIG devices of a reserved MIG-enabled GPU get rules too.
+    """
+    return dra.host_share_rules(plan, effect, slices)
 
 
 def gpusplit_dra_rules_table(rules):
@@ -106,6 +109,31 @@ def gpusplit_dra_isolation_rule(located, effect="None", reason=None):
     return dra.isolation_rule(located, effect, reason)
 
 
+def gpusplit_dra_isolation_rules(located, effect="None", reason=None, slices=None):
+    """Every DeviceTaintRule isolating a located GPU (its MIG devices too, from the live ResourceSlices)."""
+    return dra.isolation_rules(located, effect, reason, slices)
+
+
+def gpusplit_dra_rules_of_gpu(rules, uuid, purpose="isolate"):
+    """Names of the live gpusplit DeviceTaintRules of a purpose that name one GPU UUID."""
+    return dra.rules_of_gpu(rules, uuid, purpose)
+
+
+def gpusplit_dra_isolation_targets(fleet_input, uuid=None, unhealthy=False):
+    """The GPUs an isolate_gpu run acts on: the one UUID, or every GPU whose facts say it is unhealthy."""
+    return dra.isolation_targets(fleet_input, uuid, unhealthy)
+
+
+def gpusplit_dra_isolation_toleration(effect=None):
+    """A DeviceToleration for gpusplit's isolation taint (every effect when none is given)."""
+    return dra.isolation_toleration(effect)
+
+
+def gpusplit_dra_diagnostic_claim(located, name, namespace, kind="ResourceClaim"):
+    """A claim for exactly one isolated GPU (by UUID), tolerating its isolation taint."""
+    return dra.diagnostic_claim(name, namespace, located, kind)
+
+
 def gpusplit_dra_isolation_input(fleet_input, host, uuid, reason=None):
     """The planner input of one host with the GPU marked lost (the planner then excludes it)."""
     return dra.isolation_fleet_input(fleet_input, host, uuid, reason)
@@ -148,6 +176,11 @@ class FilterModule:
             gpusplit_dra_locate_gpu,
             gpusplit_dra_isolation_rule,
             gpusplit_dra_isolation_input,
+            gpusplit_dra_isolation_rules,
+            gpusplit_dra_isolation_targets,
+            gpusplit_dra_rules_of_gpu,
+            gpusplit_dra_isolation_toleration,
+            gpusplit_dra_diagnostic_claim,
             gpusplit_dra_rule_report,
             gpusplit_dra_parse_eviction,
             gpusplit_dra_claim,

@@ -199,14 +199,20 @@ def dra_node_plans(plan):
     return [p for p in _node_plans(plan) if p.get("mode") == "dra"]
 
 
-def host_share_rules(plan, effect="NoSchedule"):
+def host_share_rules(plan, effect="NoSchedule", slices=None):
     """One DeviceTaintRule per reserved device of every node in mode dra, sorted by name.
 
     Reserved = the host share (purpose ``host``, key gpusplit.io/host-share) and the GPUs the
     planner excluded as unhealthy (purpose ``excluded``, key gpusplit.io/excluded): the driver
     publishes those too, and no claim should get them. A lost GPU without a minor number
     cannot be named (the planner warned); it is skipped.
+
+    A MIG-enabled reserved GPU is published as its MIG devices, whose names carry the GPU
+    instance profile and placement that the facts do not have: with ``slices`` (the live
+    ResourceSlices) every published device whose ``parentUUID`` is that GPU gets its own rule
+    as well. Its ``gpu-<minor>`` rule is kept (it holds if MIG is turned off again).
     """
+    published = published_devices(slices) if slices is not None else {}
     rules = []
     errors = []
     for node_plan in dra_node_plans(plan):
@@ -228,19 +234,23 @@ def host_share_rules(plan, effect="NoSchedule"):
             else:
                 value = gpu.get("health") or "excluded"
                 reason = reasons.get(gpu.get("uuid")) or f"health {value}"
-            rules.append(
-                render_taint_rule(
-                    share,
-                    node,
-                    device,
-                    effect=effect,
-                    value=value,
-                    host=host,
-                    uuid=gpu.get("uuid"),
-                    pci_bus_id=gpu.get("pci_bus_id"),
-                    reason=reason,
+            devices = [device]
+            if gpu.get("mig_enabled"):
+                devices += published_mig_devices(published, node, gpu.get("uuid"))
+            for name in devices:
+                rules.append(
+                    render_taint_rule(
+                        share,
+                        node,
+                        name,
+                        effect=effect,
+                        value=value,
+                        host=host,
+                        uuid=gpu.get("uuid"),
+                        pci_bus_id=gpu.get("pci_bus_id"),
+                        reason=reason if name == device else f"{reason} (a MIG device of this GPU)",
+                    )
                 )
-            )
         for share in ("host", "excluded"):
             if seen[share] != planned[share]:
                 errors.append(
@@ -258,8 +268,11 @@ def host_share_rules(plan, effect="NoSchedule"):
     return sorted(rules, key=lambda r: r["metadata"]["name"])
 
 
-def isolation_rule(located, effect="None", reason=None):
-    """The DeviceTaintRule isolating one GPU (see ``locate_gpu``); effect None reports only."""
+def isolation_rule(located, effect="None", reason=None, device=None):
+    """The DeviceTaintRule isolating one GPU (see ``locate_gpu``); effect None reports only.
+
+    ``device`` names another published device of that GPU (one of its MIG devices).
+    """
     if located.get("minor_number") is None:
         raise DraError(
             f"{located.get('host')}: GPU {located.get('uuid')} has no minor number, "
@@ -269,7 +282,7 @@ def isolation_rule(located, effect="None", reason=None):
     return render_taint_rule(
         "isolate",
         located["node"],
-        device_name(located["minor_number"]),
+        device or device_name(located["minor_number"]),
         effect=effect,
         value=reason,
         host=located.get("host"),
@@ -277,6 +290,44 @@ def isolation_rule(located, effect="None", reason=None):
         pci_bus_id=located.get("pci_bus_id"),
         reason=reason,
     )
+
+
+def rules_of_gpu(rules, uuid, purpose="isolate"):
+    """The names of the live gpusplit DeviceTaintRules of ``purpose`` that name GPU ``uuid`` (annotation)."""
+    if purpose not in PURPOSES:
+        raise DraError(f"taint purpose {purpose!r} is not one of {', '.join(PURPOSES)}")
+    want = _norm_uuid(uuid)
+    names = []
+    for rule in rules or []:
+        meta = rule.get("metadata") or {}
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        if labels.get(LABEL_MANAGED_BY) != MANAGED_BY or labels.get(LABEL_PURPOSE) != purpose:
+            continue
+        if _norm_uuid(annotations.get(ANNOTATION_UUID)) == want and want:
+            names.append(meta.get("name"))
+    return sorted(names)
+
+
+def isolation_rules(located, effect="None", reason=None, slices=None):
+    """Every DeviceTaintRule that isolates one GPU: its ``gpu-<minor>`` device, and for a MIG-enabled
+    GPU each MIG device the driver publishes for it (``slices``: the node's live ResourceSlices).
+
+    Refuses a MIG-enabled GPU none of whose MIG devices is published: a rule on ``gpu-<minor>``
+    alone would select nothing, and the controller would report 0 devices. A lost GPU gets no
+    rule (empty list): the driver does not publish it, so no claim can be given it.
+    """
+    if located.get("health") == "lost":
+        return []
+    rules = [isolation_rule(located, effect, reason)]
+    if located.get("mig_enabled"):
+        migs = published_mig_devices(published_devices(slices), located["node"], located.get("uuid"))
+        if not migs:
+            raise DraError(
+                f"{located.get('host')}: GPU {located.get('uuid')} has MIG enabled, and node {located['node']} "
+                "publishes none of its MIG devices (is the DRA driver running there?); nothing was changed"
+            )
+        rules += [isolation_rule(located, effect, reason, device=m) for m in migs]
+    return rules
 
 
 def rules_table(rules):
@@ -333,25 +384,78 @@ def semver(text):
     return _fmt_version(version) if version else None
 
 
-def slice_devices(gpus, driver_version=None):
-    """The full-GPU devices the driver would publish for these GPU facts.
+# LAB HARNESS ONLY: GPU instance profile ids and memory-slice sizes of an A100 80GB, as
+# `nvidia-smi mig -lgip` lists them (NVIDIA MIG user guide, "A100 MIG profiles"); the harness
+# needs them to name MIG devices the way the driver does. gpusplit itself never predicts MIG
+# device names: it reads them from the published ResourceSlices (parentUUID attribute).
+_LAB_MIG_PROFILES = {
+    "1g.10gb": (19, 1),
+    "1g.10gb+me": (20, 1),
+    "1g.20gb": (15, 2),
+    "2g.20gb": (14, 2),
+    "3g.40gb": (9, 4),
+    "4g.40gb": (5, 4),
+    "7g.80gb": (0, 8),
+}
+_LAB_MIG_PROFILE_FALLBACK = (99, 1)
 
-    Lost GPUs are not published; a MIG-enabled GPU is published as its MIG devices, not as
-    ``gpu-<minor>`` (the lab harness leaves those out).
+
+def lab_mig_device_name(parent_minor, profile, profile_id, placement_start):
+    """The DRA driver's MIG device name: ``gpu-<parent minor>-mig-<profile without dots>-<profile id>-<start>``.
+
+    (kubernetes-sigs/dra-driver-nvidia-gpu, cmd/gpu-kubelet-plugin/mig.go, ToCanonicalName.)
+    """
+    pname = re.sub(r"[^a-z0-9-]", "-", str(profile).replace(".", "").lower()).strip("-")
+    return f"gpu-{int(parent_minor)}-mig-{pname}-{int(profile_id)}-{int(placement_start)}"
+
+
+def _lab_mig_devices(gpu, driver_version):
+    devices, start = [], 0
+    for mig in sorted(gpu.get("mig_devices") or [], key=lambda m: m.get("gpu_instance_id") or 0):
+        profile_id, size = _LAB_MIG_PROFILES.get(str(mig.get("profile")), _LAB_MIG_PROFILE_FALLBACK)
+        memory = mig.get("memory_total_mib")
+        devices.append(
+            {
+                "name": lab_mig_device_name(
+                    gpu["minor_number"], mig.get("profile") or "mig", profile_id, start
+                ),
+                "type": "mig",
+                "uuid": mig.get("uuid") or "",
+                "parent_uuid": gpu["uuid"],
+                "profile": str(mig.get("profile") or ""),
+                "product_name": gpu.get("name") or "",
+                "pci_bus_id": dra_pci_bus_id(gpu.get("pci_bus_id")),
+                "memory": f"{int(memory)}Mi"
+                if isinstance(memory, int) and not isinstance(memory, bool)
+                else "",
+                "driver_version": driver_version or "",
+            }
+        )
+        start += size
+    return devices
+
+
+def slice_devices(gpus, driver_version=None):
+    """The devices the driver would publish for these GPU facts (LAB HARNESS ONLY).
+
+    Lost GPUs are not published; a MIG-enabled GPU is published as its MIG devices (type ``mig``,
+    with ``parentUUID``, ``profile`` and the MIG ``uuid``), not as ``gpu-<minor>``.
     """
     devices = []
     driver_version = semver(driver_version)
     for gpu in gpus or []:
         if gpu.get("lost") or (gpu.get("health") or {}).get("status") == "lost":
             continue
-        if str((gpu.get("mig_mode") or {}).get("current") or "").lower() == "enabled":
-            continue
         if gpu.get("minor_number") is None:
+            continue
+        if str((gpu.get("mig_mode") or {}).get("current") or "").lower() == "enabled":
+            devices.extend(_lab_mig_devices(gpu, driver_version))
             continue
         memory = gpu.get("memory_total_mib")
         devices.append(
             {
                 "name": device_name(gpu["minor_number"]),
+                "type": "gpu",
                 "uuid": gpu["uuid"],
                 "product_name": gpu.get("name") or "",
                 "pci_bus_id": dra_pci_bus_id(gpu.get("pci_bus_id")),
@@ -361,7 +465,7 @@ def slice_devices(gpus, driver_version=None):
                 "driver_version": driver_version or "",
             }
         )
-    return sorted(devices, key=lambda d: int(d["name"].split("-")[1]))
+    return sorted(devices, key=lambda d: (int(d["name"].split("-")[1]), d["name"]))
 
 
 def render_resource_slice(node, gpus, generation=1, driver_version=None, labels=None):
@@ -413,6 +517,43 @@ def toleration(key=None, operator=None, value=None, effect=None, toleration_seco
 def host_share_toleration(effect="NoSchedule"):
     """Tolerate gpusplit's host-share taint (a diagnostic job that must reach a host GPU)."""
     return toleration(HOST_SHARE_TAINT_KEY, "Exists", effect=effect)
+
+
+def isolation_toleration(effect=None):
+    """Tolerate gpusplit's isolation taint (gpusplit.io/unhealthy), whatever its value.
+
+    ``effect`` None tolerates every effect, NoExecute included, so that the diagnostic pod is
+    neither kept off the device nor evicted from it. Operator Exists: the taint's value is the
+    isolation reason turned into a label value, which a toleration should not have to repeat.
+    """
+    return toleration(ISOLATE_TAINT_KEY, "Exists", effect=effect)
+
+
+def diagnostic_claim(name, namespace, located, kind="ResourceClaim"):
+    """A claim for exactly the isolated GPU ``located`` (see locate_gpu), tolerating its isolation taint.
+
+    It tolerates the planner's gpusplit.io/excluded taint too (dra.yml puts it on a GPU whose
+    facts say it is unhealthy). The device is selected by its ``uuid`` attribute (CEL), so the claim can only get that GPU,
+    and only on its node; the rest of the fleet's devices stay out of reach. For a burn-in or
+    ``nvidia-smi -q`` job while the GPU is isolated.
+    """
+    uuid = str(located.get("uuid") or "")
+    if not re.fullmatch(r"GPU-[0-9a-fA-F-]{36}", uuid):
+        raise DraError(f"diagnostic claim: {uuid!r} is not a GPU UUID (GPU-...)")
+    if located.get("mig_enabled"):
+        raise DraError(
+            f"diagnostic claim: GPU {uuid} has MIG enabled; the driver publishes its MIG devices, not the GPU "
+            "(claim one of its MIG devices with DeviceClass mig.nvidia.com and a parentUUID selector)"
+        )
+    return render_claim(
+        name,
+        namespace,
+        count=1,
+        tolerations=[isolation_toleration(), toleration(EXCLUDED_TAINT_KEY, "Exists")],
+        kind=kind,
+        selectors=[f"device.attributes['{DRIVER}'].uuid == '{uuid}'"],
+        labels={LABEL_MANAGED_BY: MANAGED_BY, LABEL_PURPOSE: "diagnose"},
+    )
 
 
 def render_claim(
@@ -902,8 +1043,21 @@ def preflight_table(report):
 # published ResourceSlices against the plan
 
 
+def published_mig_devices(published, pool, parent_uuid):
+    """The names of the MIG devices ``pool`` publishes for GPU ``parent_uuid`` (from published_devices)."""
+    want = str(parent_uuid or "").lower()
+    return sorted(
+        name
+        for name, dev in (published.get(pool) or {}).items()
+        if want and str(dev.get("parent_uuid") or "").lower() == want
+    )
+
+
 def published_devices(slices, driver=DRIVER):
-    """{pool: {device: {"uuid", "pci_bus_id", "node"}}} from live ResourceSlices (newest pool generation)."""
+    """{pool: {device: {uuid, pci_bus_id, node, type, parent_uuid}}} from live ResourceSlices (newest pool generation).
+
+    ``parent_uuid`` is set for MIG devices (the driver's ``parentUUID`` attribute).
+    """
     newest = {}
     for s in slices or []:
         spec = s.get("spec") or {}
@@ -925,6 +1079,8 @@ def published_devices(slices, driver=DRIVER):
                 "uuid": (attrs.get("uuid") or {}).get("string"),
                 "pci_bus_id": (attrs.get("resource.kubernetes.io/pciBusID") or {}).get("string"),
                 "node": spec.get("nodeName"),
+                "type": (attrs.get("type") or {}).get("string"),
+                "parent_uuid": (attrs.get("parentUUID") or {}).get("string"),
             }
     return out
 
@@ -953,6 +1109,15 @@ def check_published(plan, slices, driver=DRIVER):
                 continue
             dev = device_name(gpu["minor_number"])
             live = pool.get(dev)
+            if gpu.get("mig_enabled") and live is None:
+                migs = published_mig_devices(published, node, gpu.get("uuid"))
+                entry.setdefault("mig_devices", {})[gpu["uuid"]] = migs
+                if not migs and gpu.get("share") in ("host", "excluded"):
+                    warnings.append(
+                        f"{host}: GPU {gpu['uuid']} has MIG enabled and node {node} publishes none of its MIG "
+                        "devices yet; run again once the driver has, so that they get their DeviceTaintRules"
+                    )
+                continue
             if live is None:
                 if gpu.get("health") != "lost":
                     warnings.append(f"{host}: {dev} (GPU {gpu['uuid']}) is not published on node {node}")
@@ -1073,11 +1238,30 @@ def _facts_list(facts):
     return list(facts or [])
 
 
+def _located(host, entry, gpu):
+    minor = gpu.get("minor_number")
+    health = gpu.get("health") or {}
+    return {
+        "host": str(host),
+        "node": str(entry.get("node_name") or host),
+        "mode": entry.get("mode") or "none",
+        "uuid": gpu.get("uuid"),
+        "minor_number": minor,
+        "device": device_name(minor) if minor is not None else None,
+        "pci_bus_id": gpu.get("pci_bus_id"),
+        "name": gpu.get("name"),
+        "health": health.get("status") or "ok",
+        "reasons": list(health.get("reasons") or []),
+        "mig_enabled": str((gpu.get("mig_mode") or {}).get("current") or "").lower() == "enabled",
+    }
+
+
 def locate_gpu(fleet_input, uuid):
     """Which host, node, mode and DRA device a GPU UUID is. ``fleet_input``: the planner's input.
 
-    Returns {host, node, mode, uuid, minor_number, device, pci_bus_id, name, health}; refuses an
-    unknown UUID (naming the hosts searched), a MIG UUID, or a UUID found on two hosts.
+    Returns {host, node, mode, uuid, minor_number, device, pci_bus_id, name, health, reasons,
+    mig_enabled}; refuses an unknown UUID (naming the hosts searched), a MIG UUID, or a UUID found
+    on two hosts.
     """
     want = _norm_uuid(uuid)
     if not want.startswith("gpu-"):
@@ -1088,20 +1272,7 @@ def locate_gpu(fleet_input, uuid):
         entry = fleet_input[host] or {}
         for gpu in _facts_list(entry.get("facts")):
             if isinstance(gpu, dict) and _norm_uuid(gpu.get("uuid")) == want:
-                minor = gpu.get("minor_number")
-                found.append(
-                    {
-                        "host": str(host),
-                        "node": str(entry.get("node_name") or host),
-                        "mode": entry.get("mode") or "none",
-                        "uuid": gpu.get("uuid"),
-                        "minor_number": minor,
-                        "device": device_name(minor) if minor is not None else None,
-                        "pci_bus_id": gpu.get("pci_bus_id"),
-                        "name": gpu.get("name"),
-                        "health": (gpu.get("health") or {}).get("status") or "ok",
-                    }
-                )
+                found.append(_located(host, entry, gpu))
     if not found:
         hosts = ", ".join(sorted(str(h) for h in fleet_input or {})) or "none"
         raise DraError(f"GPU {uuid} is not on any host of the play (searched: {hosts})")
@@ -1113,37 +1284,89 @@ def locate_gpu(fleet_input, uuid):
     return found[0]
 
 
+def isolation_findings(gpu):
+    """What in one GPU's facts calls for isolating it: lost, uncorrected ECC errors, failed row remapping.
+
+    Pending row remapping or page retirement alone is not a reason (a reset repairs the GPU);
+    neither is a corrected error. Returns a list of reasons, empty for a GPU to leave alone.
+    """
+    health = gpu.get("health") or {}
+    if health.get("status") == "lost":
+        return list(health.get("reasons") or []) or ["lost"]
+    findings = []
+    volatile = (gpu.get("ecc") or {}).get("uncorrected_volatile")
+    if isinstance(volatile, int) and not isinstance(volatile, bool) and volatile > 0:
+        findings.append(f"{volatile} uncorrected ECC error(s) since the driver loaded")
+    if (gpu.get("remapped_rows") or {}).get("failure"):
+        findings.append("row remapping failed: the GPU cannot repair its memory any more")
+    return findings
+
+
+def unhealthy_gpus(fleet_input):
+    """Every GPU of the play that its facts say should leave Kubernetes (see isolation_findings).
+
+    Sorted by host and PCI bus id; each entry is shaped like locate_gpu's answer, with ``why``
+    (the findings). A GPU in mode none is listed too; the playbook says there is nothing to do.
+    """
+    found = []
+    for host in sorted(fleet_input or {}, key=str):
+        entry = fleet_input[host] or {}
+        for gpu in _facts_list(entry.get("facts")):
+            if not isinstance(gpu, dict) or not gpu.get("uuid"):
+                continue
+            why = isolation_findings(gpu)
+            if why:
+                found.append({**_located(host, entry, gpu), "why": why})
+    return sorted(found, key=lambda g: (g["host"], str(g.get("pci_bus_id") or "")))
+
+
+def isolation_targets(fleet_input, uuid=None, unhealthy=False):
+    """The GPUs one isolate_gpu run acts on: the one named by ``uuid``, or every unhealthy one.
+
+    Exactly one of the two must be asked for; a UUID is located (refusing unknown or MIG UUIDs).
+    """
+    if bool(uuid) == bool(unhealthy):
+        raise DraError(
+            "name one GPU with -e gpusplit_isolate_uuid=GPU-... or ask for every unhealthy GPU with "
+            "-e gpusplit_isolate_unhealthy=true (one of the two, not both)"
+        )
+    if uuid:
+        located = locate_gpu(fleet_input, uuid)
+        return [{**located, "why": [f"named by gpusplit_isolate_uuid (health {located['health']})"]}]
+    return unhealthy_gpus(fleet_input)
+
+
 def isolate_facts(facts, uuid, reason=None):
-    """A copy of the GPU facts with GPU ``uuid`` marked lost, so that the planner excludes it.
+    """A copy of the GPU facts with GPU ``uuid`` (or each of a list) marked lost, so that the planner excludes it.
 
     The planner has no option to leave one GPU out; a lost GPU is never usable, whatever the
     split says (a split that names it explicitly for Kubernetes is refused, with the planner's
     message). Only the copy is changed.
     """
-    want = _norm_uuid(uuid)
+    wanted = {_norm_uuid(u) for u in (uuid if isinstance(uuid, list | tuple) else [uuid])}
     out = copy.deepcopy(facts)
     gpus = out
     if isinstance(out, dict):
         gpus = next(
             (out[k] for k in ("gpus", "nvidia_gpus", "gpusplit_gpus") if isinstance(out.get(k), list)), []
         )
-    hit = False
+    hit = set()
     for gpu in gpus or []:
-        if isinstance(gpu, dict) and _norm_uuid(gpu.get("uuid")) == want:
+        if isinstance(gpu, dict) and _norm_uuid(gpu.get("uuid")) in wanted:
             health = dict(gpu.get("health") or {})
             reasons = [
-                f"isolated by gpusplit_isolate_uuid ({reason or 'isolated'})",
+                f"isolated by isolate_gpu.yml ({reason or 'isolated'})",
                 *(health.get("reasons") or []),
             ]
             gpu["health"] = {"status": "lost", "reasons": reasons}
-            hit = True
-    if not hit:
-        raise DraError(f"GPU {uuid} is not in these facts")
+            hit.add(_norm_uuid(gpu.get("uuid")))
+    if wanted - hit:
+        raise DraError(f"GPU {', '.join(sorted(wanted - hit))} is not in these facts")
     return out
 
 
 def isolation_fleet_input(fleet_input, host, uuid, reason=None):
-    """The planner input of ``host`` alone, with GPU ``uuid`` isolated (see isolate_facts)."""
+    """The planner input of ``host`` alone, with GPU ``uuid`` (or each of a list) isolated (see isolate_facts)."""
     if host not in (fleet_input or {}):
         raise DraError(f"host {host!r} is not in the planner input")
     entry = dict(fleet_input[host])

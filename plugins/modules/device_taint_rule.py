@@ -47,6 +47,15 @@ options:
     description: Recreate a rule that is already as desired, so that the controller computes its impact again.
     type: bool
     default: false
+  report_first:
+    description:
+      - When no rule of that name exists yet and the effect asked for is not C(None), create the rule with
+        effect C(None) first, wait for the controller's report (returned as C(first_report)), and only then
+        change it to the effect asked for. The impact of C(NoExecute) is then known and shown before any pod
+        is evicted.
+      - Ignored in check mode (one server dry-run of the rule as asked).
+    type: bool
+    default: true
   field_manager:
     description: The server-side apply field manager.
     type: str
@@ -89,6 +98,12 @@ rule:
   description: The live rule after the change (the dry-run result in check mode; null when absent).
   returned: always
   type: dict
+first_report:
+  description:
+    - The controller's report on the rule with effect C(None), made before the effect asked for
+      (see I(report_first)); null otherwise.
+  returned: always
+  type: dict
 report:
   description:
     - C(effect), C(current) (the condition belongs to the present generation), C(status), C(reason),
@@ -99,6 +114,7 @@ report:
   type: dict
 """
 
+import copy
 import time
 import traceback
 
@@ -133,6 +149,16 @@ def _wait_gone(cluster, res, name, deadline):
     return False
 
 
+def _wait_settled(cluster, res, name, rule, wait_eviction, deadline):
+    """Poll the rule until the controller has reported on its generation; None on timeout."""
+    while not dra.rule_settled(rule, wait_eviction):
+        if time.time() > deadline:
+            return None
+        time.sleep(1)
+        rule = _get(cluster, res, name) or rule
+    return rule
+
+
 def _check_definition(definition):
     problems = []
     if definition.get("apiVersion") != API_VERSION or definition.get("kind") != KIND:
@@ -161,6 +187,7 @@ def run(module, cluster):
                 "action": "absent",
                 "rule": None,
                 "report": dra.rule_report(None),
+                "first_report": None,
             }
         cluster.delete(live, dry_run=module.check_mode)
         if not module.check_mode and p["wait"] and not _wait_gone(cluster, res, name, deadline):
@@ -173,6 +200,7 @@ def run(module, cluster):
             "action": "deleted",
             "rule": None,
             "report": dra.rule_report(None),
+            "first_report": None,
         }
 
     if not definition:
@@ -182,6 +210,27 @@ def run(module, cluster):
     problems = _check_definition(definition)
     if problems:
         module.fail_json(msg="nothing was applied: " + "; ".join(problems))
+
+    first_report = None
+    created_first = False
+    effect = definition["spec"]["taint"]["effect"]
+    if live is None and effect != "None" and p["report_first"] and not module.check_mode:
+        probe = copy.deepcopy(definition)
+        probe["spec"]["taint"]["effect"] = "None"
+        live = _wait_settled(cluster, res, name, cluster.apply(probe, p["field_manager"]), False, deadline)
+        if live is None:
+            module.fail_json(
+                msg=(
+                    f"DeviceTaintRule {name} was created with effect None to report first, but kube-controller-manager "
+                    f"has not reported on it within {p['wait_timeout']}s; effect {effect} was not applied "
+                    "(does it run the device-taint-eviction controller?)"
+                ),
+                changed=True,
+                name=name,
+                action="created",
+            )
+        first_report = dra.rule_report(live)
+        created_first = True
 
     if live is not None and is_subset(definition, live) and not p["refresh"]:
         action, rule = "unchanged", live
@@ -197,27 +246,37 @@ def run(module, cluster):
     else:
         action = "created" if live is None else "updated"
         rule = cluster.apply(definition, p["field_manager"], dry_run=module.check_mode)
+    if created_first:
+        action = "created"
     changed = action != "unchanged"
 
     if p["wait"] and not module.check_mode:
-        while not dra.rule_settled(rule, p["wait_eviction"]):
-            if time.time() > deadline:
-                report = dra.rule_report(rule)
-                what = "finished evicting" if report["current"] else "reported on the rule"
-                module.fail_json(
-                    msg=(
-                        f"DeviceTaintRule {name} was {action}, but kube-controller-manager has not {what} within "
-                        f"{p['wait_timeout']}s (does it run the device-taint-eviction controller?)"
-                    ),
-                    changed=changed,
-                    name=name,
-                    action=action,
-                    rule=rule,
-                    report=report,
-                )
-            time.sleep(1)
+        settled = _wait_settled(cluster, res, name, rule, p["wait_eviction"], deadline)
+        if settled is None:
             rule = _get(cluster, res, name) or rule
-    return {"changed": changed, "name": name, "action": action, "rule": rule, "report": dra.rule_report(rule)}
+            report = dra.rule_report(rule)
+            what = "finished evicting" if report["current"] else "reported on the rule"
+            module.fail_json(
+                msg=(
+                    f"DeviceTaintRule {name} was {action}, but kube-controller-manager has not {what} within "
+                    f"{p['wait_timeout']}s (does it run the device-taint-eviction controller?)"
+                ),
+                changed=changed,
+                name=name,
+                action=action,
+                rule=rule,
+                report=report,
+                first_report=first_report,
+            )
+        rule = settled
+    return {
+        "changed": changed,
+        "name": name,
+        "action": action,
+        "rule": rule,
+        "report": dra.rule_report(rule),
+        "first_report": first_report,
+    }
 
 
 def main():
@@ -230,6 +289,7 @@ def main():
             "wait_eviction": {"type": "bool", "default": False},
             "wait_timeout": {"type": "int", "default": 90},
             "refresh": {"type": "bool", "default": False},
+            "report_first": {"type": "bool", "default": True},
             "field_manager": {"type": "str", "default": "gpusplit"},
             **CLUSTER_ARGS,
         },

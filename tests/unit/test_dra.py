@@ -258,10 +258,19 @@ def test_resource_slice_publishes_what_the_driver_would(name):
     published = [
         g for g in doc["gpus"] if not g.get("lost") and (g.get("mig_mode") or {}).get("current") != "enabled"
     ]
-    assert [d["name"] for d in spec["devices"]] == sorted(
+    whole = [d for d in spec["devices"] if d["attributes"]["type"] == {"string": "gpu"}]
+    assert [d["name"] for d in whole] == sorted(
         (f"gpu-{g['minor_number']}" for g in published), key=lambda n: int(n[4:])
     )
-    for dev in spec["devices"]:
+    # a MIG-enabled GPU is published as its MIG devices, each naming its parent
+    migs = [d for d in spec["devices"] if d["attributes"]["type"] == {"string": "mig"}]
+    mig_gpus = [g for g in doc["gpus"] if (g.get("mig_mode") or {}).get("current") == "enabled"]
+    assert len(migs) == sum(len(g["mig_devices"]) for g in mig_gpus)
+    for dev in migs:
+        parent = next(g for g in mig_gpus if g["uuid"] == dev["attributes"]["parentUUID"]["string"])
+        assert dev["name"].startswith(f"gpu-{parent['minor_number']}-mig-")
+        assert dev["attributes"]["uuid"]["string"] in {m["uuid"] for m in parent["mig_devices"]}
+    for dev in whole:
         g = next(g for g in published if f"gpu-{g['minor_number']}" == dev["name"])
         attrs = dev["attributes"]
         assert attrs["uuid"] == {"string": g["uuid"]}
@@ -772,7 +781,7 @@ def test_isolation_replans_without_the_gpu_and_leaves_the_input_alone():
     assert victim in normal["kubernetes_uuids"] and victim not in isolated["kubernetes_uuids"]
     assert isolated["host_uuids"] == normal["host_uuids"]
     [excluded] = isolated["excluded"]
-    assert excluded["uuid"] == victim and "isolated by gpusplit_isolate_uuid (xid 79)" in excluded["reason"]
+    assert excluded["uuid"] == victim and "isolated by isolate_gpu.yml (xid 79)" in excluded["reason"]
     assert isolated["resources"]["nvidia.com/gpu"] == 2
 
 
@@ -824,6 +833,7 @@ def test_device_taint_rule_module_documents_its_arguments():
         "wait_eviction",
         "wait_timeout",
         "refresh",
+        "report_first",
         "field_manager",
     }
     assert doc["extends_documentation_fragment"] == [
@@ -832,3 +842,190 @@ def test_device_taint_rule_module_documents_its_arguments():
     ]
     yaml.safe_load(mod.EXAMPLES)
     yaml.safe_load(mod.RETURN)
+
+
+# --------------------------------------------------------------------------------------------
+# MIG-enabled GPUs in mode dra: rules by the names the driver publishes
+
+
+def mig_fleet(host_uuids):
+    doc = fixture("a100-mig")
+    return plan_fleet(
+        {
+            "mig-a": {
+                "facts": doc["gpus"],
+                "mode": "dra",
+                "split": {"host_uuids": host_uuids},
+                "node_name": "node-m",
+            }
+        }
+    ), doc
+
+
+def test_lab_mig_device_names_follow_the_drivers_scheme():
+    assert dra.lab_mig_device_name(1, "1g.10gb", 19, 6) == "gpu-1-mig-1g10gb-19-6"
+    assert dra.lab_mig_device_name(0, "1g.10gb+me", 20, 0) == "gpu-0-mig-1g10gb-me-20-0"
+
+
+def test_host_share_rules_cover_the_published_mig_devices_of_a_reserved_mig_gpu():
+    doc = fixture("a100-mig")
+    parent = doc["gpus"][0]  # MIG enabled, two 3g.40gb devices
+    plan, _ = mig_fleet([parent["uuid"]])
+    assert any("MIG enabled" in w for w in plan["warnings"] + plan["nodes"]["mig-a"].get("warnings", []))
+    without = dra.host_share_rules(plan)
+    assert [r["spec"]["deviceSelector"]["device"] for r in without] == ["gpu-0"]
+    rs = dra.render_resource_slice("node-m", doc["gpus"], 1, doc.get("driver_version"))
+    published_migs = sorted(
+        d["name"]
+        for d in rs["spec"]["devices"]
+        if d["attributes"].get("parentUUID", {}).get("string") == parent["uuid"]
+    )
+    assert len(published_migs) == 2
+    rules = dra.host_share_rules(plan, slices=[rs])
+    devices = sorted(r["spec"]["deviceSelector"]["device"] for r in rules)
+    assert devices == sorted(["gpu-0", *published_migs])
+    for rule in rules:
+        validate(rule)
+        assert rule["spec"]["deviceSelector"]["pool"] == "node-m"
+        assert rule["metadata"]["annotations"]["gpusplit.io/gpu-uuid"] == parent["uuid"]
+        assert rule["spec"]["taint"]["key"] == "gpusplit.io/host-share"
+    assert len({r["metadata"]["name"] for r in rules}) == len(rules)
+    # the other MIG GPU (Kubernetes share) gets nothing
+    other = doc["gpus"][1]["uuid"]
+    assert all(r["metadata"]["annotations"]["gpusplit.io/gpu-uuid"] != other for r in rules)
+
+
+def test_check_published_warns_while_a_reserved_mig_gpu_is_unpublished():
+    doc = fixture("a100-mig")
+    plan, _ = mig_fleet([doc["gpus"][0]["uuid"]])
+    whole_only = [g for g in doc["gpus"] if g["mig_mode"]["current"] != "enabled"]
+    early = dra.render_resource_slice("node-m", whole_only, 1, doc.get("driver_version"))
+    result = dra.check_published(plan, [early])
+    assert result["ok"]
+    assert any("MIG enabled" in w and "publishes none of its MIG devices" in w for w in result["warnings"])
+    full = dra.render_resource_slice("node-m", doc["gpus"], 1, doc.get("driver_version"))
+    result = dra.check_published(plan, [full])
+    assert result["ok"] and not any("MIG" in w for w in result["warnings"])
+    [node] = result["nodes"]
+    assert len(node["mig_devices"][doc["gpus"][0]["uuid"]]) == 2
+
+
+def test_isolation_rules_of_a_mig_gpu_and_of_a_lost_one():
+    doc = fixture("a100-mig")
+    fi = {"mig-a": {"facts": doc["gpus"], "mode": "dra", "split": {"count": 1}, "node_name": "node-m"}}
+    located = dra.locate_gpu(fi, doc["gpus"][1]["uuid"])
+    assert located["mig_enabled"] is True
+    with pytest.raises(DraError, match="publishes none of its MIG devices"):
+        dra.isolation_rules(located, "None", "ecc", slices=[])
+    rs = dra.render_resource_slice("node-m", doc["gpus"], 1, doc.get("driver_version"))
+    rules = dra.isolation_rules(located, "NoExecute", "ecc", slices=[rs])
+    assert [r["spec"]["deviceSelector"]["device"] for r in rules][0] == "gpu-1"
+    assert len(rules) == 1 + len(doc["gpus"][1]["mig_devices"])
+    assert all(r["spec"]["taint"]["effect"] == "NoExecute" for r in rules)
+    # a whole GPU: one rule
+    whole = dra.locate_gpu(fi, doc["gpus"][2]["uuid"])
+    assert [r["spec"]["deviceSelector"]["device"] for r in dra.isolation_rules(whole, slices=[rs])] == [
+        "gpu-2"
+    ]
+    # a lost GPU is not published: nothing to taint
+    assert dra.isolation_rules({**whole, "health": "lost"}, slices=[rs]) == []
+
+
+def test_rules_of_gpu_finds_ours_by_annotation():
+    fi = fleet_input()
+    located = dra.locate_gpu(fi, fi["gpu-b"]["facts"][0]["uuid"])
+    mine = dra.isolation_rule(located, "None", "ecc")
+    other_gpu = dra.isolation_rule(dra.locate_gpu(fi, fi["gpu-b"]["facts"][1]["uuid"]), "None")
+    host_rule = dra.render_taint_rule("host", "node-b.example.com", "gpu-7", uuid=located["uuid"])
+    foreign = copy.deepcopy(mine)
+    foreign["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "someone-else"
+    foreign["metadata"]["name"] = "not-ours"
+    rules = [mine, other_gpu, host_rule, foreign]
+    assert dra.rules_of_gpu(rules, located["uuid"].lower()) == [mine["metadata"]["name"]]
+    assert dra.rules_of_gpu(rules, located["uuid"], "host") == [host_rule["metadata"]["name"]]
+    with pytest.raises(DraError, match="purpose"):
+        dra.rules_of_gpu(rules, located["uuid"], "bogus")
+
+
+# --------------------------------------------------------------------------------------------
+# isolation targets from the facts' health
+
+
+def test_isolation_findings_follow_the_facts():
+    doc = fixture("gpu-lost")
+    from ansible_collections.gpusplit.k8s.plugins.module_utils.gpu_facts import compute_health
+
+    for g in doc["gpus"]:
+        g["health"] = compute_health(g, ["GPU is lost"] if g.get("lost") else [])
+    found = {g["minor_number"]: dra.isolation_findings(g) for g in doc["gpus"]}
+    assert found[0] == []
+    assert found[1] == ["2 uncorrected ECC error(s) since the driver loaded"]
+    assert found[2] == ["GPU is lost"]
+    assert found[3] == ["row remapping failed: the GPU cannot repair its memory any more"]
+    # pending repairs and corrected errors alone are not a reason
+    pending = {
+        **doc["gpus"][0],
+        "remapped_rows": {"pending": True, "failure": False},
+        "ecc": {"uncorrected_volatile": 0},
+    }
+    assert dra.isolation_findings(pending) == []
+
+
+def test_isolation_targets_by_uuid_or_by_health():
+    doc = fixture("gpu-lost")
+    from ansible_collections.gpusplit.k8s.plugins.module_utils.gpu_facts import compute_health
+
+    for g in doc["gpus"]:  # as the facts module reports them
+        g["health"] = compute_health(g, ["GPU is lost"] if g.get("lost") else [])
+    fi = {
+        "sick": {"facts": doc["gpus"], "mode": "dra", "split": {"host_count": 0}},
+        "well": {
+            "facts": fixture("workstation")["gpus"],
+            "mode": "device_plugin",
+            "split": {"host_count": 1},
+        },
+    }
+    targets = dra.isolation_targets(fi, unhealthy=True)
+    assert [t["minor_number"] for t in targets] == [1, 2, 3]
+    assert {t["host"] for t in targets} == {"sick"}
+    assert all(t["why"] for t in targets)
+    [one] = dra.isolation_targets(fi, uuid=doc["gpus"][0]["uuid"])
+    assert one["minor_number"] == 0 and "named by gpusplit_isolate_uuid" in one["why"][0]
+    with pytest.raises(DraError, match="one of the two"):
+        dra.isolation_targets(fi)
+    with pytest.raises(DraError, match="one of the two"):
+        dra.isolation_targets(fi, uuid=doc["gpus"][0]["uuid"], unhealthy=True)
+    assert dra.isolation_targets({"well": fi["well"]}, unhealthy=True) == []
+
+
+def test_isolating_several_gpus_of_one_host_excludes_each():
+    fi = fleet_input()
+    victims = [fi["gpu-a"]["facts"][2]["uuid"], fi["gpu-a"]["facts"][3]["uuid"]]
+    isolated = plan_fleet(dra.isolation_fleet_input(fi, "gpu-a", victims, "ecc"))["nodes"]["gpu-a"]
+    assert isolated["kubernetes_count"] == 1
+    assert sorted(e["uuid"] for e in isolated["excluded"]) == sorted(victims)
+
+
+def test_diagnostic_claim_reaches_only_the_isolated_gpu():
+    fi = fleet_input()
+    located = dra.locate_gpu(fi, fi["gpu-b"]["facts"][0]["uuid"])
+    claim = dra.diagnostic_claim("burn-in", "diag", located)
+    validate(claim)
+    [request] = claim["spec"]["devices"]["requests"]
+    exactly = request["exactly"]
+    assert exactly["tolerations"] == [
+        {"operator": "Exists", "key": "gpusplit.io/unhealthy"},
+        {"operator": "Exists", "key": "gpusplit.io/excluded"},
+    ]
+    assert exactly["selectors"] == [
+        {"cel": {"expression": f"device.attributes['gpu.nvidia.com'].uuid == '{located['uuid']}'"}}
+    ]
+    assert dra.isolation_toleration("NoExecute") == {
+        "operator": "Exists",
+        "key": "gpusplit.io/unhealthy",
+        "effect": "NoExecute",
+    }
+    with pytest.raises(DraError, match="MIG enabled"):
+        dra.diagnostic_claim("x", "diag", {**located, "mig_enabled": True})
+    with pytest.raises(DraError, match="not a GPU UUID"):
+        dra.diagnostic_claim("x", "diag", {**located, "uuid": "MIG-1"})
