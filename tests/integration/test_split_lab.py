@@ -12,6 +12,7 @@ import re
 import shutil
 import uuid
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 import yaml
@@ -95,8 +96,19 @@ def test_site_applies_and_verifies_every_node(split, kubectl):
     assert env["DEVICE_ID_STRATEGY"] == "uuid"
     assert not (dgx["containers"][0].get("securityContext") or {}).get("privileged")
     assert dgx["nodeSelector"] == {"kubernetes.io/hostname": "lab-dgx-01"}
-    # the fleet table is printed
+    # the fleet table is printed, and the fleet picture is drawn where the console says
     assert "5 node(s): 5 OK, 0 DRIFT, 0 FAIL" in split.stdout
+    assert_fleet_picture(split.stdout, report)
+
+
+def assert_fleet_picture(stdout: str, report: dict) -> None:
+    """out/fleet.svg is an SVG of the reported nodes and the console names it (roles/gpu_verify)."""
+    picture = ROOT / "out" / "fleet.svg"
+    assert f"picture: {picture}" in stdout, stdout[-3000:]
+    root = ElementTree.fromstring(picture.read_bytes())
+    assert root.tag == "{http://www.w3.org/2000/svg}svg"
+    text = picture.read_text()
+    assert all(node["name"] in text for node in report["nodes"])
 
 
 def test_rerun_changes_nothing_and_writes_nothing(split, kubectl):
@@ -261,9 +273,11 @@ def test_verify_catches_a_privileged_plugin_and_apply_refuses_it(split, kubectl)
             ),
             what="the privileged plugin to advertise all 8",
         )
+        (ROOT / "out" / "fleet.svg").unlink(missing_ok=True)  # verify.yml must draw it again
         proc = run_playbook("verify.yml", check=False)
         assert proc.returncode != 0
         report = json.loads((ROOT / "out" / "fleet-report.json").read_text())
+        assert_fleet_picture(proc.stdout, report)  # drawn before the play fails on the verdict
         dgx = next(n for n in report["nodes"] if n["name"] == "lab-dgx-01")
         assert dgx["verdict"] == "FAIL"
         assert any("advertises 8" in r for r in dgx["reasons"]) and any(
