@@ -11,7 +11,14 @@ supervisor from .lab/manifests exactly as a kubelet runs static pods):
   kube-controller-manager, kube-scheduler; the kubeadm-config ConfigMap (created from real kubeadm
   output) carries the same flags; a re-run changes nothing and restarts nothing;
 * a gate the binary does not know takes the real kube-apiserver down; the rollout puts the previous
-  manifest back, the lab is healthy again, and the play fails with kube-apiserver's own words.
+  manifest back, the lab is healthy again, and the play fails with kube-apiserver's own words;
+* after a rollout and after a rollback the manifests directory holds the three manifests and
+  nothing else (no temporary file, no backup: the kubelet would run it);
+* k3s/rke2: the same three real components run with the flags of a k3s configuration directory
+  (lab/k3s_standin.py reads it as k3s does and stands in for `systemctl restart k3s`). The role
+  merges GenericWorkload into gpusplit's drop-in, keeping a gate an earlier run wrote there and the
+  args of config.yaml, restarts the "service", and checks the components; a gate the binary does not
+  know puts the previous drop-in back, restarts again, and the lab is healthy.
 
 The lab's manifests are put back as they were found at the end.
 """
@@ -21,6 +28,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import stat
 import subprocess
 import sys
 import time
@@ -88,6 +96,14 @@ def task_status(output: str, task: str) -> str | None:
 
 def manifest_bytes() -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(C.MANIFESTS.glob("*.yaml"))}
+
+
+def manifest_dir_names() -> list[str]:
+    """Every entry of the manifests directory; the kubelet would run any of them."""
+    return sorted(p.name for p in C.MANIFESTS.iterdir())
+
+
+EXPECTED_MANIFESTS = sorted(f"{c}.yaml" for c in COMPONENTS)
 
 
 def generations() -> dict[str, int]:
@@ -278,7 +294,7 @@ def test_k3s_path_renders_the_drop_in_and_checks_the_components(control_plane, t
     assert rc == 0, out[-5000:]
     assert recap(out)["changed"] == 0
     assert "Wait until every component runs with the gates" in out
-    assert task_status(out, "Write the drop-in") == "ok"
+    assert task_status(out, "Merge the gates into the drop-in") == "ok"
     assert task_status(out, "Restart the service") == "skipping"
     assert task_status(out, "Wait until every component runs with the gates") == "ok"
     assert dropin.read_bytes() == dropin_before
@@ -307,6 +323,8 @@ def test_rollout_enables_generic_workload_on_all_three(control_plane, kubectl):
     starts = [after[c]["started"] for c in COMPONENTS]
     assert all(after[c]["started"] > before[c]["started"] for c in COMPONENTS)
     assert starts == sorted(starts), starts
+
+    assert manifest_dir_names() == EXPECTED_MANIFESTS
 
     # the manifests say so, and so does kubeadm's ClusterConfiguration
     apiserver = yaml.safe_load((C.MANIFESTS / "kube-apiserver.yaml").read_text())["spec"]["containers"][0][
@@ -370,8 +388,10 @@ def test_unknown_gate_is_rolled_back_with_the_components_own_error(control_plane
     assert "The rollout stops here" in text
     assert recap(out)["rescued"] == 1
 
-    # the previous manifest is back, byte for byte, and everything is healthy and as before
+    # the previous manifest is back, byte for byte, put there without a temporary or backup file
+    # in the manifests directory, and everything is healthy and as before
     assert manifest_bytes() == before
+    assert manifest_dir_names() == EXPECTED_MANIFESTS
     wait_lab_healthy()
     assert API in served(kubectl)
     assert {c: v["gate"] for c, v in gate_values().items()} == dict.fromkeys(COMPONENTS, 1.0)
@@ -381,3 +401,155 @@ def test_unknown_gate_is_rolled_back_with_the_components_own_error(control_plane
     backups = sorted((C.LAB / "backups").glob("kube-apiserver.yaml.*.bak"))
     assert backups and backups[-1].read_bytes() == before["kube-apiserver.yaml"]
     control_plane["failed_rollout_with_rollback_seconds"] = round(seconds, 1)
+
+
+# --------------------------------------------------------------------------------------------
+# k3s / rke2: the lab's components run from a k3s configuration directory
+
+DROPIN = "50-gpusplit-feature-gates.yaml"
+DROPIN_HEADER = (
+    "Written by gpusplit (role gpusplit.k8s.control_plane_gates): feature gates for the control plane."
+)
+# a gate an earlier run of the role wrote (on by default in 1.37: harmless), which must stay
+EARLIER_GATE = "DRAPartitionableDevices"
+
+
+def k3s_restart_command(rancher: Path) -> str:
+    return f"env PYTHONPATH={ROOT} {sys.executable} -m lab.k3s_standin restart --config-dir {rancher}"
+
+
+def k3s_vars(k3s: dict, gates: dict, **more) -> dict:
+    return {
+        "gpusplit_feature_gates": gates,
+        "gpusplit_cp_flavour": "k3s",
+        "gpusplit_cp_rancher_dirs": {"k3s": str(k3s["dir"]), "rke2": str(k3s["dir"].parent / "rke2")},
+        "gpusplit_cp_rancher_restart_command": k3s_restart_command(k3s["dir"]),
+        **more,
+    }
+
+
+def running_commands() -> dict[str, list[str]]:
+    return {c: C.command_from_manifest(C.MANIFESTS / f"{c}.yaml")[1:] for c in COMPONENTS}
+
+
+@pytest.fixture
+def k3s(control_plane, tmp_path):
+    """The lab's components run as a k3s server would run them: config.yaml with an arg of its own,
+    and the drop-in an earlier gpusplit run left; the manifests are put back afterwards."""
+    found = manifest_bytes()
+    rancher = tmp_path / "rancher-k3s"
+    (rancher / "config.yaml.d").mkdir(parents=True)
+    (rancher / "config.yaml").write_text(
+        "write-kubeconfig-mode: '0600'\nkube-apiserver-arg:\n  - audit-log-maxage=7\n"
+    )
+    dropin = rancher / "config.yaml.d" / DROPIN
+    dropin.write_text(cpf.render_rancher_dropin({EARLIER_GATE: True}, header=DROPIN_HEADER))
+    dropin.chmod(0o600)
+    fake_bin = tmp_path / "bin"
+    fake_bin.mkdir()
+    (fake_bin / "k3s").write_text(
+        "#!/bin/sh\necho 'k3s version v1.37.2+k3s1 (0123abcd)'\necho 'go version go1.26.1'\n"
+    )
+    (fake_bin / "k3s").chmod(0o755)
+    started = subprocess.run(
+        k3s_restart_command(rancher).split(),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert started.returncode == 0, started.stdout + started.stderr
+    wait_lab_healthy()
+    yield {"dir": rancher, "dropin": dropin, "path_prefix": f"{fake_bin}:"}
+    if manifest_bytes() != found:
+        for name, data in found.items():
+            (C.MANIFESTS / name).write_bytes(data)
+        time.sleep(2)
+    wait_lab_healthy()
+
+
+def test_k3s_rollout_merges_the_drop_in_and_restarts_the_service(k3s, kubectl):
+    commands = running_commands()
+    assert commands["kube-apiserver"][:1] == ["--advertise-address=127.0.0.1"]  # k3s-sorted flags
+    assert "--audit-log-maxage=7" in commands["kube-apiserver"]
+    assert f"--feature-gates={EARLIER_GATE}=true" in commands["kube-scheduler"]
+    assert API not in served(kubectl)
+    before, gens, earlier = gate_values(), generations(), k3s["dropin"].read_text()
+    assert {c: v["gate"] for c, v in before.items()} == dict.fromkeys(COMPONENTS, 0.0)
+
+    rc, out, _ = run_playbook(k3s_vars(k3s, {GATE: True}), path_prefix=k3s["path_prefix"])
+    assert rc == 0, out[-6000:]
+    assert task_status(out, "Merge the gates into the drop-in") == "changed"
+    assert task_status(out, "Restart the service") == "changed"
+    assert task_status(out, "Wait until every component runs with the gates") == "ok"
+
+    # the drop-in: GenericWorkload added, the earlier run's gate kept, the API version for it
+    gates = f"feature-gates={EARLIER_GATE}=true,{GATE}=true"
+    assert k3s["dropin"].read_text() == (
+        f"# {DROPIN_HEADER}\n"
+        "kube-apiserver-arg+:\n"
+        f"  - {gates}\n"
+        f"  - runtime-config={API}=true\n"
+        "kube-scheduler-arg+:\n"
+        f"  - {gates}\n"
+        "kube-controller-manager-arg+:\n"
+        f"  - {gates}\n"
+    )
+    assert sorted(p.name for p in (k3s["dir"] / "config.yaml.d").iterdir()) == [DROPIN]
+    assert stat.S_IMODE(k3s["dropin"].stat().st_mode) == 0o600
+    backups = sorted((C.LAB / "backups").glob(f"{DROPIN}.*.bak"))
+    assert backups and backups[-1].read_text() == earlier
+
+    # every component was restarted by the "service" and runs with them; config.yaml's arg stays
+    commands = running_commands()
+    for component in COMPONENTS:
+        assert f"--{gates}" in commands[component]
+    assert "--audit-log-maxage=7" in commands["kube-apiserver"]
+    assert API in served(kubectl)
+    after = gate_values()
+    assert {c: v["gate"] for c, v in after.items()} == dict.fromkeys(COMPONENTS, 1.0)
+    assert all(after[c]["started"] > before[c]["started"] for c in COMPONENTS)
+    assert generations() == {c: n + 1 for c, n in gens.items()}
+    assert manifest_dir_names() == EXPECTED_MANIFESTS
+
+    # a re-run writes nothing and restarts nothing
+    dropin_now = k3s["dropin"].read_bytes()
+    rc, out, _ = run_playbook(k3s_vars(k3s, {GATE: True}), path_prefix=k3s["path_prefix"])
+    assert rc == 0, out[-4000:]
+    assert recap(out)["changed"] == 0
+    assert task_status(out, "Restart the service") == "skipping"
+    assert k3s["dropin"].read_bytes() == dropin_now
+    assert generations() == {c: n + 1 for c, n in gens.items()}
+
+
+def test_k3s_unknown_gate_puts_the_previous_drop_in_back(k3s, kubectl):
+    before, gens, manifests = k3s["dropin"].read_bytes(), generations(), manifest_bytes()
+    rc, out, _ = run_playbook(
+        k3s_vars(
+            k3s,
+            {GATE: True, "NoSuchGateForGpusplit": True},
+            gpusplit_cp_skip_preflight=True,
+            gpusplit_cp_health_timeout=40,
+        ),
+        path_prefix=k3s["path_prefix"],
+    )
+    assert rc != 0
+    text = " ".join(out.split())
+    assert task_status(out, "Restart the service") == "changed"
+    assert 'err="unrecognized feature gate: NoSuchGateForGpusplit"' in out, out[-5000:]
+    assert "k3s on lab-cp-01 did not come back healthy with the new flags" in text
+    assert "The previous drop-in was put back from" in text
+    assert "k3s restarted; the control plane is healthy again" in text, out[-5000:]
+    assert "The rollout stops here" in text
+    assert recap(out)["rescued"] == 1
+
+    # the drop-in and the components are as before, and nothing else appeared next to them
+    assert k3s["dropin"].read_bytes() == before
+    assert sorted(p.name for p in (k3s["dir"] / "config.yaml.d").iterdir()) == [DROPIN]
+    assert manifest_bytes() == manifests and manifest_dir_names() == EXPECTED_MANIFESTS
+    wait_lab_healthy()
+    assert API not in served(kubectl)
+    assert {c: v["gate"] for c, v in gate_values().items()} == dict.fromkeys(COMPONENTS, 0.0)
+    now = generations()
+    assert all(now[c] >= gens[c] + 2 for c in COMPONENTS)  # the broken start, then the restored one
