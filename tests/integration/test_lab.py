@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 import yaml
@@ -140,6 +143,113 @@ def test_simulated_device_plugin_advertises_what_the_runtime_would_show(lab, kub
     finally:
         kubectl("delete", "daemonset", "sim-probe", "-n", "default", "--ignore-not-found")
         kubectl("delete", "node", node, "--ignore-not-found")
+
+
+# kube-controller-manager's defaults where its flags do not say (Kubernetes 1.37:
+# pkg/controller/nodelifecycle/config/v1alpha1/defaults.go and kube-controller-manager --help)
+NODE_MONITOR_GRACE_DEFAULT = "50s"
+NODE_MONITOR_PERIOD_DEFAULT = "5s"
+DEAD_NODE_TAINTS = {"node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"}
+
+
+def _go_seconds(duration: str) -> float:
+    """A Go duration as the component flags take it (50s, 1m0s, 500ms) in seconds."""
+    units = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 0.001}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", duration)
+    if not parts or "".join(n + u for n, u in parts) != duration:
+        raise ValueError(f"not a Go duration: {duration!r}")
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+def _controller_manager_flag(name: str, default: str) -> str:
+    argv = C.command_from_manifest(C.MANIFESTS / "kube-controller-manager.yaml")
+    values = [a.split("=", 1)[1] for a in argv if a.startswith(f"--{name}=")]
+    return values[-1] if values else default
+
+
+def _node_health(core_api, names: list[str]) -> dict[str, str]:
+    """node -> what is wrong with it ("" when Ready and free of the dead-node taints)."""
+    found = {}
+    for name in names:
+        node = core_api.read_node(name)
+        ready = [c.status for c in node.status.conditions or [] if c.type == "Ready"]
+        taints = sorted(t.key for t in node.spec.taints or [] if t.key in DEAD_NODE_TAINTS)
+        problems = []
+        if ready != ["True"]:
+            problems.append(f"Ready={ready}")
+        if taints:
+            problems.append(f"taints {taints}")
+        found[name] = ", ".join(problems)
+    return found
+
+
+def test_simulated_nodes_stay_alive_past_the_node_monitor_grace_period(lab, core_api):
+    """kwok keeps the lab nodes alive: past the controller's grace period none is unreachable."""
+    from kubernetes import client
+
+    from lab import nodes
+
+    names = sorted(nodes.lab_hosts())
+    assert names, "inventory/lab names no simulated GPU node"
+    grace = _go_seconds(_controller_manager_flag("node-monitor-grace-period", NODE_MONITOR_GRACE_DEFAULT))
+    period = _go_seconds(_controller_manager_flag("node-monitor-period", NODE_MONITOR_PERIOD_DEFAULT))
+    leases = client.CoordinationV1Api(core_api.api_client)
+
+    def renewed() -> dict[str, datetime]:
+        return {n: leases.read_namespaced_lease(n, "kube-node-lease").spec.renew_time for n in names}
+
+    before = renewed()
+    # A node whose heartbeats stopped before this point is marked unknown (and tainted) by the
+    # node lifecycle controller within one grace period plus one monitor period.
+    deadline = time.time() + grace + period + 2
+    while True:
+        health = _node_health(core_api, names)
+        assert not any(health.values()), f"lab nodes not alive: { {k: v for k, v in health.items() if v} }"
+        if time.time() > deadline:
+            break
+        time.sleep(5)
+    now = datetime.now(UTC)
+    for name in names:
+        lease = leases.read_namespaced_lease(name, "kube-node-lease")
+        renew = lease.spec.renew_time
+        assert renew > before[name], f"{name}: its Lease was not renewed in {grace + period:.0f} s"
+        age = (now - renew).total_seconds()
+        assert age < lease.spec.lease_duration_seconds, (
+            f"{name}: Lease renewed {age:.0f} s ago, longer than its {lease.spec.lease_duration_seconds} s"
+        )
+        node = core_api.read_node(name)
+        assert node.status.node_info.kubelet_version == f"v{C.versions()['KUBE_VERSION']}-lab", name
+
+
+BUILT = {
+    "etcd": ("ETCD_VERSION", ["etcd"]),
+    "kwok": ("KWOK_VERSION", ["kwok"]),
+    "kube": ("KUBE_VERSION", ["kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubeadm"]),
+}
+
+
+def test_a_second_build_is_cached_and_leaves_the_binaries_alone():
+    missing = labctl.missing_binaries()
+    assert not missing, f"lab binaries missing ({', '.join(missing)}): run `make lab-build`"
+    pins = C.versions()
+    files = [C.BIN / b for _key, binaries in BUILT.values() for b in binaries]
+    files += [C.BIN / f".{f.name}.version" for f in files]
+    before = {f.name: f.stat().st_mtime_ns for f in files}
+    for target, (key, binaries) in BUILT.items():
+        proc = subprocess.run(
+            [str(C.ROOT / "lab" / "build.sh"), target], capture_output=True, text=True, timeout=300
+        )
+        assert proc.returncode == 0, proc.stderr
+        cached = (
+            f"kubernetes v{pins[key]} binaries cached"
+            if target == "kube"
+            else f"{target} v{pins[key]} cached"
+        )
+        assert f"[lab-build] {cached}" in proc.stderr.splitlines(), proc.stderr
+        assert "building" not in proc.stderr, proc.stderr
+        for b in binaries:
+            assert (C.BIN / f".{b}.version").read_text().strip() == pins[key], b
+    assert {f.name: f.stat().st_mtime_ns for f in files} == before
 
 
 def test_zz_down_stops_exactly_the_lab_and_up_again(lab):
