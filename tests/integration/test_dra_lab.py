@@ -175,6 +175,16 @@ def allocated_device(ctx, name):
     return result["pool"], result["device"]
 
 
+def claim_device(ctx, claim_name):
+    """(pool, device) of a ResourceClaim the pod names directly (no resourceClaimStatuses then)."""
+    claim = harness.get(RULES, "ResourceClaim", claim_name, ctx.ns) or {}
+    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
+    if not results:
+        return None
+    [result] = results
+    return result["pool"], result["device"]
+
+
 def scheduled_message(ctx, name):
     p = pod(ctx, name) or {}
     for cond in (p.get("status") or {}).get("conditions") or []:
@@ -505,7 +515,7 @@ def test_isolate_on_a_device_plugin_node_drops_one_gpu_and_undo_restores_it(ctx)
     assert gpu_uuid not in visible_devices(ds) and len(visible_devices(ds)) == 5
     said = " ".join(proc.stdout.split())
     assert "advertises 5 nvidia.com/gpu (planned 5)" in said  # the playbook waited for the roll
-    assert f"{gpu_uuid} excluded: health lost: isolated by gpusplit_isolate_uuid (isolated)" in said
+    assert f"{gpu_uuid} excluded: health lost: isolated by isolate_gpu.yml (isolated)" in said
     assert harness.get("v1", "Node", DP)["metadata"]["labels"]["gpusplit.io/kubernetes-gpus"] == "5"
     wait_for(lambda: allocatable(DP) == "5", what="5 GPUs advertised")
 
@@ -513,3 +523,151 @@ def test_isolate_on_a_device_plugin_node_drops_one_gpu_and_undo_restores_it(ctx)
     assert gpu_uuid in visible_devices(ds) and len(visible_devices(ds)) == 6
     assert "advertises 6 nvidia.com/gpu (planned 6)" in " ".join(proc.stdout.split())
     wait_for(lambda: allocatable(DP) == "6", what="6 GPUs advertised again")
+
+
+# --------------------------------------------------------------------------------------------
+# (5) GPUs picked by their health, a diagnostic claim on an isolated GPU, MIG devices of the
+# host share. Two more nodes: a host whose facts report an ECC error, a lost GPU and a failed
+# row remapping (fixture gpu-lost), and an A100 node whose host share is a MIG-enabled GPU.
+
+SICK, MIGN = "gsdra-sick-01", "gsdra-mig-01"
+MIG_HOST_GPU = harness.fixture_doc("a100-mig")["gpus"][0]  # MIG enabled: two 3g.40gb devices
+MORE_HOSTS = {
+    SICK: {"gpusplit_lab_fixture": "gpu-lost", "gpusplit_mode": "dra", "gpusplit_split": {"host_count": 0}},
+    MIGN: {
+        "gpusplit_lab_fixture": "a100-mig",
+        "gpusplit_mode": "dra",
+        "gpusplit_split": {"host_uuids": [MIG_HOST_GPU["uuid"]]},
+    },
+}
+MIG_CLASS = "mig.nvidia.com"
+
+
+def rules_on(pool):
+    items = list_objects(RULES, "DeviceTaintRule", label_selector="app.kubernetes.io/managed-by=gpusplit")
+    return {r["metadata"]["name"]: r for r in items if r["spec"]["deviceSelector"].get("pool") == pool}
+
+
+@pytest.fixture(scope="module")
+def more(ctx):
+    """The two extra nodes, published, and an inventory with every host of this file."""
+    for node, fixture_name in ((SICK, "gpu-lost"), (MIGN, "a100-mig")):
+        harness.publish(node, fixture_name)
+        harness.write_host_file(node, "/etc/containerd/config.toml", harness.CONTAINERD_2_CONFIG)
+    created_mig_class = harness.get(RULES, "DeviceClass", MIG_CLASS) is None
+    if created_mig_class:  # the chart's second DeviceClass: MIG devices
+        harness.apply(
+            dra.render_device_class(
+                MIG_CLASS,
+                "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",
+                labels=harness.HARNESS_LABEL,
+            )
+        )
+    inventory = write_inventory(ctx.base / "inventory-more", {**HOSTS, **MORE_HOSTS})
+    yield SimpleNamespace(inventory=inventory)
+    for node in (SICK, MIGN):
+        for name in rules_on(node):
+            harness.delete(RULES, "DeviceTaintRule", name)
+        harness.unpublish(node)
+        harness.delete("v1", "Node", node)
+        shutil.rmtree(harness.host_root(node), ignore_errors=True)
+    if created_mig_class:
+        harness.delete(RULES, "DeviceClass", MIG_CLASS)
+
+
+def isolate_unhealthy(ctx, more, *extra):
+    args = ["-e", f"gpusplit_hosts={SICK}", "-e", "gpusplit_isolate_unhealthy=true"]
+    for e in extra:
+        args += ["-e", e]
+    return run_playbook(ctx, "isolate_gpu.yml", *args, inventory=more.inventory)
+
+
+def test_unhealthy_gpus_are_found_reported_first_then_tainted_and_a_diagnostic_claim_reaches_one(ctx, more):
+    sick = {g["minor_number"]: g["uuid"] for g in fixture_gpus("gpu-lost")}
+    proc = isolate_unhealthy(ctx, more, "gpusplit_isolate_effect=NoSchedule", "gpusplit_isolate_reason=ecc")
+    said = " ".join(proc.stdout.split())
+    # the facts' health chose them: minor 1 (uncorrected ECC), 2 (lost), 3 (row remapping failed)
+    assert f"GPU {sick[1]}" in said and "uncorrected ECC error(s)" in said
+    assert f"GPU {sick[3]}" in said and "row remapping failed" in said
+    assert f"GPU {sick[2]} is lost: the DRA driver does not publish it" in said
+    assert f"GPU {sick[0]}" not in said
+    rules = rules_on(SICK)
+    assert sorted(rules) == [f"gpusplit-isolate-{SICK}-gpu-1", f"gpusplit-isolate-{SICK}-gpu-3"]
+    for rule in rules.values():
+        assert rule["spec"]["taint"]["effect"] == "NoSchedule"
+        assert rule["spec"]["taint"]["key"] == "gpusplit.io/unhealthy"
+    # NoSchedule was asked for straight away: the rule reported with effect None first
+    assert (
+        said.count("before NoSchedule, with effect None: 1 published device selected. 0 allocated devices")
+        == 2
+    )
+
+    harness.apply(dra.render_claim("plain", ctx.ns))
+    for name in ("plain-1", "plain-2"):
+        harness.apply(claim_pod(ctx, name, "plain", SICK))
+    located = {"uuid": sick[1], "mig_enabled": False}
+    harness.apply(dra.diagnostic_claim("burn-in", ctx.ns, located))
+    diag = claim_pod(ctx, "burn-in", "unused", SICK)
+    diag["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "burn-in"}]
+    harness.apply(diag)
+    # the diagnostic claim gets exactly the isolated GPU; an ordinary claim gets the one healthy GPU,
+    # and the next ordinary one nothing (the two tainted GPUs are off limits, the lost one unpublished)
+    assert wait_for(lambda: claim_device(ctx, "burn-in"), what="the diagnostic claim") == (SICK, "gpu-1")
+    got = wait_for(
+        lambda: [allocated_device(ctx, n) for n in ("plain-1", "plain-2") if allocated_device(ctx, n)],
+        what="an ordinary claim to be allocated",
+    )
+    assert got == [(SICK, "gpu-0")]
+    wait_for(
+        lambda: scheduled_message(ctx, "plain-1") or scheduled_message(ctx, "plain-2"), what="a Pending pod"
+    )
+    for name in ("plain-1", "plain-2", "burn-in"):
+        harness.delete("v1", "Pod", name, ctx.ns)
+
+    proc = isolate_unhealthy(ctx, more, "gpusplit_isolate_action=undo")
+    assert rules_on(SICK) == {}
+    assert f"gpusplit-isolate-{SICK}-gpu-1" in " ".join(proc.stdout.split())
+
+
+def test_a_reserved_mig_gpu_has_each_published_mig_device_tainted(ctx, more):
+    proc = run_playbook(ctx, "dra.yml", "-e", "gpusplit_dra_driver_install=false", inventory=more.inventory)
+    slice_ = harness.get(RULES, "ResourceSlice", f"{MIGN}-{dra.DRIVER}")
+    host_migs = sorted(
+        d["name"]
+        for d in slice_["spec"]["devices"]
+        if d["attributes"].get("parentUUID", {}).get("string") == MIG_HOST_GPU["uuid"]
+    )
+    assert len(host_migs) == 2
+    rules = rules_on(MIGN)
+    assert sorted(r["spec"]["deviceSelector"]["device"] for r in rules.values()) == sorted(
+        ["gpu-0", *host_migs]
+    )
+    assert all(r["spec"]["taint"]["key"] == "gpusplit.io/host-share" for r in rules.values())
+    assert "API writes" in proc.stdout
+
+    # the real scheduler: MIG claims on that node get only the Kubernetes share's MIG devices
+    kube_migs = [
+        d["name"]
+        for d in slice_["spec"]["devices"]
+        if d["attributes"].get("type", {}).get("string") == "mig" and d["name"] not in host_migs
+    ]
+    harness.apply(dra.render_claim("one-mig", ctx.ns, device_class=MIG_CLASS))
+    names = [f"mig-{i}" for i in range(len(kube_migs) + 1)]
+    for name in names:
+        harness.apply(claim_pod(ctx, name, "one-mig", MIGN))
+    wait_for(
+        lambda: sum(1 for n in names if allocated_device(ctx, n)) == len(kube_migs),
+        timeout=120,
+        what="every Kubernetes MIG device to be allocated",
+    )
+    got = sorted(allocated_device(ctx, n)[1] for n in names if allocated_device(ctx, n))
+    assert got == sorted(kube_migs)
+    assert not set(got) & set(host_migs)
+    pending = [n for n in names if not allocated_device(ctx, n)]
+    assert len(pending) == 1
+    wait_for(lambda: scheduled_message(ctx, pending[0]), what="the extra MIG pod to be Pending")
+    for name in names:
+        harness.delete("v1", "Pod", name, ctx.ns)
+    # back to the inventory without the extra nodes: their rules are pruned
+    run_playbook(ctx, "dra.yml", "-e", "gpusplit_dra_driver_install=false")
+    assert rules_on(MIGN) == {}
