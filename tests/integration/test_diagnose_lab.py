@@ -1,7 +1,8 @@
 """Every Pending class of gpu_pending_diagnose produced for real on the lab's kube-scheduler.
 
 Two nodes of our own (kwok), labelled and tainted with a private taint so that nobody else's
-pods land there: node A advertises 2 GPUs behind the fleet's GPU taint, node B 1 GPU without it.
+pods land there: node A advertises 2 GPUs behind the fleet's GPU taint, node B 1 GPU without it;
+they carry different nvidia.com/gpu.product labels (as GPU Feature Discovery sets them).
 Each test makes one pod Pending for one reason, waits for the scheduler's verdict, runs the
 diagnosis the module runs (one read of the cluster, then the pure classifier) and checks the
 class, the computed details and, where it is cheap, that following the advice unblocks the pod.
@@ -34,6 +35,8 @@ CAPTURE = os.environ.get("GPUSPLIT_CAPTURE_SCHEDULER") == "1"
 GPU = "nvidia.com/gpu"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 DRIVER = "gpu.nvidia.com"
+PRODUCT = "nvidia.com/gpu.product"
+PRODUCTS = {"a": "NVIDIA-A100-SXM4-80GB", "b": "NVIDIA-L4"}
 FOREIGN_REASONS = {"node(s) had untolerated taint(s)", "node(s) didn't match Pod's node affinity/selector"}
 
 
@@ -150,6 +153,15 @@ def keep(name, text, note):
     assert wanted <= set(live["reasons"]), (text, fixture)
 
 
+def node_ready(kubectl, name):
+    node = json.loads(kc(kubectl, "get", "node", name, "-o", "json").stdout)
+    ready = any(
+        c["type"] == "Ready" and c["status"] == "True" for c in node.get("status", {}).get("conditions") or []
+    )
+    taints = {t["key"] for t in node.get("spec", {}).get("taints") or []}
+    return ready and not taints & {"node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"}
+
+
 @pytest.fixture(scope="module")
 def scene(lab, kubectl, core_api):
     run = uuid.uuid4().hex[:6]
@@ -158,7 +170,9 @@ def scene(lab, kubectl, core_api):
     kubectl.namespace(ns)
     for name, role, gpus in ((a, "a", 2), (b, "b", 1)):
         labnodes.ensure_node(
-            core_api, name, labels={"gpusplit.io/diag-run": run, "gpusplit.io/diag-role": role}
+            core_api,
+            name,
+            labels={"gpusplit.io/diag-run": run, "gpusplit.io/diag-role": role, PRODUCT: PRODUCTS[role]},
         )
         taints = [f"gpusplit.io/diag-run={run}:NoSchedule"]
         if role == "a":
@@ -169,6 +183,15 @@ def scene(lab, kubectl, core_api):
             {"op": "add", "path": "/status/allocatable/nvidia.com~1gpu", "value": str(gpus)},
         ]
         kc(kubectl, "patch", "node", name, "--subresource=status", "--type=json", "-p", json.dumps(patch))
+    for name in (a, b):
+        # a new node carries node.kubernetes.io/not-ready until kwok reports it Ready; the tests
+        # count every taint of the node, so wait for that one to go
+        kubectl.wait_for(
+            lambda name=name: node_ready(kubectl, name),
+            timeout=120,
+            interval=1,
+            what=f"node {name} Ready without the not-ready taint",
+        )
     cluster_objects = []
     yield {"run": run, "ns": ns, "a": a, "b": b, "cluster_objects": cluster_objects}
     kc(kubectl, "delete", "namespace", ns, "--wait=false", check=False)
@@ -195,6 +218,10 @@ def test_untolerated_taint_names_the_taint_and_the_toleration_unblocks(scene, ku
         {"key": "nvidia.com/gpu", "operator": "Equal", "value": "present", "effect": "NoSchedule"}
     ]
     assert entry["message"] == message
+    assert entry["next"] == (
+        'add to the pod\'s tolerations: [{"key":"nvidia.com/gpu","operator":"Equal","value":"present",'
+        f'"effect":"NoSchedule"}}]; kubectl describe node {a} | grep -A3 Taints'
+    )
     # the advice works: adding exactly the suggested toleration gets the pod scheduled on A
     tolerations = get_pod(kubectl, ns, "want-taint")["spec"]["tolerations"] + entry["suggested_tolerations"]
     kc(
@@ -249,6 +276,63 @@ def test_node_selector_mismatch(scene, kubectl, lab):
     assert entry["candidates"] == []
     assert "nvidia.com/gpu.product=NO-SUCH-GPU" in entry["summary"]
     assert f"gpusplit.io/diag-run={run} on 2 node(s)" in entry["summary"]
+    assert entry["next"] == (
+        "kubectl get nodes -L gpusplit.io/diag-run,nvidia.com/gpu.product; "
+        "fix the pod's spec.nodeSelector or label the GPU nodes"
+    )
+
+
+def required_affinity(*expressions):
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [{"matchExpressions": list(expressions)}]
+            }
+        }
+    }
+
+
+def test_node_affinity_mismatch_names_the_expression_and_the_gpu_nodes_values(scene, kubectl, lab):
+    """A required nodeAffinity that no GPU node meets: the entry names the failing expression and
+    the product each of our GPU nodes carries; labelling a node as advised unblocks the pod."""
+    ns, run, a, b = scene["ns"], scene["run"], scene["a"], scene["b"]
+    want = "NVIDIA-H100-80GB-HBM3"
+    pod = pod_obj(
+        "want-h100",
+        ns,
+        run,
+        role="a",
+        node_selector={"gpusplit.io/diag-run": run},
+        extra_spec={"affinity": required_affinity({"key": PRODUCT, "operator": "In", "values": [want]})},
+    )
+    apply(kubectl, pod)
+    # the pod tolerates both our taints: A and B fail on the affinity itself
+    message = scheduled_message(kubectl, ns, "want-h100", "didn't match Pod's node affinity/selector")
+    parsed = diagnose.parse_message(message)
+    assert parsed and parsed["reasons"]["node(s) didn't match Pod's node affinity/selector"] >= 2, message
+    assert not [r for r in parsed["reasons"] if r.startswith("Insufficient")], message
+    entry = diagnosis(lab, ns)["want-h100"]
+    assert entry["class"] == diagnose.SELECTOR, entry
+    assert entry["candidates"] == []
+    assert entry["message"] == message
+    assert (
+        f"nodeAffinity wants {PRODUCT} In [{want}] (not met on any of the 2 GPU nodes matching the nodeSelector); "
+        f"GPU nodes matching the nodeSelector have {PRODUCT}: {PRODUCTS['a']} ({a}), {PRODUCTS['b']} ({b})"
+    ) in entry["summary"]
+    (term,) = entry["affinity"]["terms"]
+    assert [f["expression"] for f in term["failing"]] == [f"{PRODUCT} In [{want}]"]
+    assert term["failing"][0]["fails_on"] == [a, b]
+    assert entry["next"] == (
+        f"kubectl get nodes -L gpusplit.io/diag-run,{PRODUCT}; fix the pod's spec.nodeSelector / "
+        "spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution or label the GPU nodes"
+    )
+    # the advice works: once A carries the wanted product the scheduler binds the pod there
+    kc(kubectl, "label", "node", a, f"{PRODUCT}={want}", "--overwrite")
+    try:
+        assert bound_node(kubectl, ns, "want-h100", timeout=120) == a
+    finally:
+        kc(kubectl, "-n", ns, "delete", "pod", "want-h100", "--wait=false", check=False)
+        kc(kubectl, "label", "node", a, f"{PRODUCT}={PRODUCTS['a']}", "--overwrite")
 
 
 def test_unknown_reason_is_quoted(scene, kubectl, lab):
@@ -537,7 +621,23 @@ def test_dra_no_matching_device(scene, kubectl, lab):
 
 
 def test_playbook_writes_pending_json_table_and_fleet_svg(scene, kubectl, lab, tmp_path):
-    ns = scene["ns"]
+    """The playbook on pods of its own (it does not rely on what earlier tests left Pending)."""
+    ns, run, a = scene["ns"], scene["run"], scene["a"]
+    apply(kubectl, pod_obj("pb-taint", ns, run, role="a", tolerate_gpu=False))
+    selector = {"gpusplit.io/diag-run": run, PRODUCT: "NO-SUCH-GPU"}
+    apply(kubectl, pod_obj("pb-selector", ns, run, role="a", node_selector=selector))
+    affinity = required_affinity({"key": PRODUCT, "operator": "In", "values": ["NO-SUCH-GPU"]})
+    apply(
+        kubectl,
+        pod_obj(
+            "pb-affinity",
+            ns,
+            run,
+            role="a",
+            node_selector={"gpusplit.io/diag-run": run},
+            extra_spec={"affinity": affinity},
+        ),
+    )
     out = tmp_path / "out"
     out.mkdir()
     report = {
@@ -605,10 +705,20 @@ def test_playbook_writes_pending_json_table_and_fleet_svg(scene, kubectl, lab, t
         time.sleep(5)  # the shared lab's apiserver was restarting
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
     pending = json.loads((out / "pending.json").read_text())
-    names = {e["name"]: e["class"] for e in pending["pods"]}
-    assert names.get("want-gpu") == diagnose.SHORTAGE, names
-    assert names.get("want-product") == diagnose.SELECTOR, names
-    assert f"{ns}/want-gpu" in proc.stdout and "insufficient_gpu" in proc.stdout
+    entries = {e["name"]: e for e in pending["pods"]}
+    names = {name: e["class"] for name, e in entries.items()}
+    assert names.get("pb-taint") == diagnose.TAINT, names
+    assert names.get("pb-selector") == diagnose.SELECTOR, names
+    assert names.get("pb-affinity") == diagnose.SELECTOR, names
+    assert entries["pb-taint"]["next"].endswith(f"kubectl describe node {a} | grep -A3 Taints")
+    assert entries["pb-affinity"]["affinity"]["terms"][0]["failing"][0]["key"] == PRODUCT
+    assert entries["pb-affinity"]["next"].startswith(f"kubectl get nodes -L gpusplit.io/diag-run,{PRODUCT}; ")
+    # the table as printed (the YAML result format folds long lines at spaces)
+    printed = " ".join(proc.stdout.split())
+    for name, cls in (("pb-taint", "untolerated_taint"), ("pb-affinity", "node_selector_mismatch")):
+        assert f"{ns}/{name} {cls} " in printed, printed[-3000:]
+    assert f"nodeAffinity wants {PRODUCT} In [NO-SUCH-GPU]" in printed
+    assert f"-> kubectl get nodes -L gpusplit.io/diag-run,{PRODUCT};" in printed
     svg = (out / "fleet.svg").read_text()
     assert svg.startswith("<?xml") and "GPU-2" in svg
     assert str(out / "fleet.svg") in proc.stdout
