@@ -1,0 +1,205 @@
+#!/usr/bin/python
+# Copyright: gpusplit contributors
+# Apache-2.0
+DOCUMENTATION = r"""
+module: helm_release
+short_description: Install or upgrade one Helm release at a pinned chart version (helm 3 and helm 4)
+version_added: "0.1.0"
+description:
+  - Runs C(helm upgrade --install) for one release when it is not installed, not C(deployed), from
+    another chart version, or given other values; otherwise changes nothing and runs no upgrade.
+  - Works with helm 3 and helm 4. C(kubernetes.core.helm) 6.x lists releases with C(helm list --all),
+    which helm 4 removed, so with helm 4 it fails after installing; this module uses only
+    C(helm list --filter -o json), C(helm get values -o json) and C(helm upgrade --install).
+  - The values given are the release's whole user-supplied values (C(--reset-values)); the chart's
+    own defaults fill in the rest.
+  - Check mode reads the release and says what would be done, with the values as diff; helm is not
+    asked to change anything.
+options:
+  name:
+    description: The release name (a DNS label of at most 53 characters).
+    type: str
+    required: true
+  namespace:
+    description: The release namespace.
+    type: str
+    required: true
+  chart_ref:
+    description:
+      - The chart. An C(oci://) reference (registry path and chart name), or the chart's name in
+        I(repo_url).
+    type: str
+    required: true
+  repo_url:
+    description: A classic chart repository URL (not used with an C(oci://) I(chart_ref)).
+    type: str
+  chart_version:
+    description: The pinned chart version.
+    type: str
+    required: true
+  values:
+    description: The values given to the chart.
+    type: dict
+    default: {}
+  create_namespace:
+    description: Create the namespace when it is missing.
+    type: bool
+    default: true
+  wait:
+    description: Wait until the release's resources are ready (C(helm --wait)).
+    type: bool
+    default: false
+  wait_timeout:
+    description: How long to wait with I(wait), a duration as helm takes it (C(10m0s), C(600s)) or seconds.
+    type: str
+    default: 5m0s
+  binary_path:
+    description: The helm binary.
+    type: path
+    default: helm
+extends_documentation_fragment:
+  - gpusplit.k8s.cluster
+  - gpusplit.k8s.attributes.check_mode_and_diff
+author:
+  - gpusplit team
+"""
+
+EXAMPLES = r"""
+- name: Install the NVIDIA DRA driver chart
+  gpusplit.k8s.helm_release:
+    name: nvidia-dra-driver-gpu
+    namespace: nvidia-dra-driver-gpu
+    chart_ref: oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu
+    chart_version: "0.4.1"
+    values:
+      gpuResourcesEnabledOverride: true
+    kubeconfig: "{{ gpusplit_kubeconfig }}"
+
+- name: From a classic repository
+  gpusplit.k8s.helm_release:
+    name: gpu-operator
+    namespace: gpu-operator
+    chart_ref: gpu-operator
+    repo_url: https://helm.ngc.nvidia.com/nvidia
+    chart_version: v25.10.0
+    values: {}
+"""
+
+RETURN = r"""
+action:
+  description: install, upgrade or none.
+  returned: always
+  type: str
+reasons:
+  description: Why the release is installed or upgraded.
+  returned: always
+  type: list
+  elements: str
+command:
+  description: The helm command run (or that would run, in check mode); empty when nothing is done.
+  returned: always
+  type: list
+  elements: str
+release:
+  description: The release's row from C(helm list) after the run (before it, in check mode); null when absent.
+  returned: always
+  type: dict
+"""
+
+import os
+import tempfile
+
+import yaml
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils import helm as H
+
+
+def _run(module, cmd, what):
+    rc, out, err = module.run_command(cmd)
+    if rc != 0:
+        raise H.HelmError(f"{what} failed (exit {rc}): {(err or out).strip()[-2000:]}")
+    return out
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "name": {"type": "str", "required": True},
+            "namespace": {"type": "str", "required": True},
+            "chart_ref": {"type": "str", "required": True},
+            "repo_url": {"type": "str"},
+            "chart_version": {"type": "str", "required": True},
+            "values": {"type": "dict", "default": {}},
+            "create_namespace": {"type": "bool", "default": True},
+            "wait": {"type": "bool", "default": False},
+            "wait_timeout": {"type": "str", "default": "5m0s"},
+            "binary_path": {"type": "path", "default": "helm"},
+            "kubeconfig": {"type": "path"},
+            "context": {"type": "str"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    helm = module.get_bin_path(p["binary_path"]) if os.sep not in p["binary_path"] else p["binary_path"]
+    if not helm or not os.access(helm, os.X_OK):
+        module.fail_json(
+            msg=f"the helm binary {p['binary_path']!r} is not found or not executable: install helm 3 or 4"
+        )
+    cluster = {"kubeconfig": p["kubeconfig"], "context": p["context"]}
+    try:
+        H.check_request(p["name"], p["namespace"], p["chart_ref"], p["chart_version"], p["wait_timeout"])
+        row = H.parse_list(
+            _run(module, H.list_command(helm, p["name"], p["namespace"], **cluster), "helm list"), p["name"]
+        )
+        live_values = (
+            H.parse_values(
+                _run(module, H.values_command(helm, p["name"], p["namespace"], **cluster), "helm get values")
+            )
+            if row
+            else {}
+        )
+        decision = H.decide(row, live_values, p["chart_ref"], p["chart_version"], p["values"])
+        result = {"changed": decision["action"] != "none", "action": decision["action"]}
+        result["reasons"] = decision["reasons"]
+        if module._diff and result["changed"]:
+            result["diff"] = {
+                "before": yaml.safe_dump(live_values, sort_keys=True) if row else "",
+                "after": yaml.safe_dump(p["values"], sort_keys=True),
+                "before_header": f"{p['namespace']}/{p['name']} {row.get('chart') if row else '(not installed)'}",
+                "after_header": f"{p['namespace']}/{p['name']} {H.chart_name_of(p['chart_ref'])}-{p['chart_version']}",
+            }
+        if not result["changed"]:
+            module.exit_json(command=[], release=row, **result)
+        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+            yaml.safe_dump(p["values"], handle, sort_keys=True)
+            values_file = handle.name
+        try:
+            cmd = H.upgrade_command(
+                helm,
+                p["name"],
+                p["namespace"],
+                p["chart_ref"],
+                p["chart_version"],
+                values_file,
+                repo_url=p["repo_url"],
+                create_namespace=p["create_namespace"],
+                wait=p["wait"],
+                timeout=p["wait_timeout"],
+                **cluster,
+            )
+            if module.check_mode:
+                module.exit_json(command=cmd, release=row, **result)
+            _run(module, cmd, f"helm upgrade --install {p['name']}")
+        finally:
+            os.unlink(values_file)
+        after = H.parse_list(
+            _run(module, H.list_command(helm, p["name"], p["namespace"], **cluster), "helm list"), p["name"]
+        )
+        module.exit_json(command=cmd, release=after, **result)
+    except H.HelmError as exc:
+        module.fail_json(msg=f"helm release {p['namespace']}/{p['name']}: {exc}")
+
+
+if __name__ == "__main__":
+    main()
