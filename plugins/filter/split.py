@@ -72,9 +72,14 @@ def gpusplit_node_taints(node_plan, taint_enabled=False):
     return render.node_taints(node_plan, taint_enabled)
 
 
-def gpusplit_node_patches(plan, operator_managed=False):
-    """Node objects carrying gpusplit's labels, one per node plan."""
-    return render.render_node_patches(plan, operator_managed)
+def gpusplit_node_patches(plan, operator_managed=False, gpu_taint=False):
+    """Node objects carrying gpusplit's labels (and the GPU taint mark), one per node plan."""
+    return render.render_node_patches(plan, operator_managed, gpu_taint)
+
+
+def gpusplit_gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes):
+    """Live nodes whose GPU taint gpusplit set and now takes off."""
+    return render.gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes)
 
 
 def gpusplit_stock_exclusion(existing=None, settings=None):
@@ -107,6 +112,7 @@ class FilterModule:
             gpusplit_node_labels,
             gpusplit_node_taints,
             gpusplit_node_patches,
+            gpusplit_gpu_taint_removals,
             gpusplit_stock_exclusion,
             gpusplit_daemonset_name,
             gpusplit_resolve_plugin_settings,

@@ -307,18 +307,58 @@ def test_verify_catches_a_privileged_plugin_and_apply_refuses_it(split, kubectl)
         )
 
 
-def test_optional_gpu_taint_on_nodes_with_a_kubernetes_share(split, kubectl):
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+TAINT_MARK = "gpusplit.io/gpu-taint"
+SHARED_NODES = ("lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01", "lab-ws-01")
+
+
+def gpu_tainted(kubectl, name: str) -> tuple[bool, bool]:
+    """(the node has the GPU taint, the node carries gpusplit's mark that gpusplit set it)."""
+    node = kubectl.json("get", "node", name)
+    return (
+        GPU_TAINT in (node["spec"].get("taints") or []),
+        TAINT_MARK in (node["metadata"].get("annotations") or {}),
+    )
+
+
+def untainted_by_gpusplit(stdout: str) -> list[str]:
+    """The nodes the role's taint-removal task reported as changed."""
+    section = stdout.split("TASK [gpusplit.k8s.gpu_split_cluster : Take the GPU taint off", 1)[1]
+    section = section.split("TASK [", 1)[0].split("PLAY RECAP", 1)[0]
+    return sorted(re.findall(r"changed: \[localhost\] => \(item=([^)]+)\)", section))
+
+
+def test_optional_gpu_taint_on_nodes_with_a_kubernetes_share(split, kubectl, tmp_path):
+    """gpusplit sets the taint where a node has a Kubernetes share, and takes off only what it set."""
     try:
+        # a taint someone else set on a node without a share (mode none): never gpusplit's to remove
+        kubectl("taint", "node", "lab-a100-01", "nvidia.com/gpu=present:NoSchedule")
         run_playbook("split.yml", INVENTORY, "-e", "gpusplit_gpu_taint=true")
-        for name in ("lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01", "lab-ws-01"):
-            taints = kubectl.json("get", "node", name)["spec"].get("taints") or []
-            assert {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"} in taints, (
-                name,
-                taints,
-            )
-        assert not kubectl.json("get", "node", "lab-a100-01")["spec"].get("taints")  # mode none: no share
+        for name in SHARED_NODES:
+            assert gpu_tainted(kubectl, name) == (True, True), name
+        assert gpu_tainted(kubectl, "lab-a100-01") == (True, False)
         again = run_playbook("split.yml", INVENTORY, "-e", "gpusplit_gpu_taint=true")
         assert all(r["changed"] == 0 for r in recap(again.stdout).values()), recap(again.stdout)
+
+        # lab-ws-01's Kubernetes share drops to 0: gpusplit takes its taint off, the others keep theirs
+        def edit(hosts):
+            hosts["lab-ws-01"]["gpusplit_split"] = {"count": 0}
+
+        run_playbook("split.yml", inventory_copy(tmp_path, edit), "-e", "gpusplit_gpu_taint=true")
+        assert gpu_tainted(kubectl, "lab-ws-01") == (False, False)
+        assert gpu_tainted(kubectl, "lab-dgx-01") == (True, True)
+
+        # the taint switched off (the default): gpusplit takes it off every node where it set it
+        check = run_playbook("split.yml", INVENTORY, "--check")
+        assert gpu_tainted(kubectl, "lab-dgx-01") == (True, True)  # check mode changed nothing
+        assert untainted_by_gpusplit(check.stdout) == ["lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01"]
+        off = run_playbook("split.yml", INVENTORY)
+        assert untainted_by_gpusplit(off.stdout) == ["lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01"]
+        for name in SHARED_NODES:
+            assert gpu_tainted(kubectl, name) == (False, False), name
+        assert gpu_tainted(kubectl, "lab-a100-01") == (True, False)  # the other one's taint stays
+        quiet = run_playbook("split.yml", INVENTORY)
+        assert all(r["changed"] == 0 for r in recap(quiet.stdout).values()), recap(quiet.stdout)
     finally:
-        for name in ("lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01", "lab-ws-01"):
+        for name in (*SHARED_NODES, "lab-a100-01"):
             kubectl("taint", "node", name, "nvidia.com/gpu=present:NoSchedule-", check=False)
