@@ -200,8 +200,9 @@ def _norm_gpu(host, pos, raw, errors):
     if valid_uuid and pci is not None:
         key = uuid.lower()
         sort_key = _pci_sort_key(pci)
-    elif health == "lost":
-        # a lost GPU may no longer tell its identity: keep it, excluded, after the others
+    elif health != "ok":
+        # a lost GPU, or one the driver would not open (no permission, unsupported), may not tell
+        # its identity: keep it, excluded (usable() refuses a GPU without UUID), after the others
         uuid = uuid if valid_uuid else None
         key = (
             uuid.lower()
@@ -540,7 +541,7 @@ class _Split:
         self.h_sel = None
 
     def usable(self, g):
-        if g.health == "lost":
+        if g.health == "lost" or g.uuid is None or g.pci is None:
             return False
         return g.health == "ok" or not self.exclude_unhealthy
 
@@ -786,9 +787,9 @@ def _check_mig(st, whole_gpu_only):
 def _check_dra(st):
     for g in st.gpus:
         share = st.share[g.key]
-        if share == SHARE_EXCLUDED and g.minor is None and g.health == "lost":
+        if share == SHARE_EXCLUDED and g.minor is None and (g.health == "lost" or g.uuid is None):
             st.warnings.append(
-                f"mode dra: lost GPU {g.describe()} has no minor_number; no DeviceTaintRule can name it"
+                f"mode dra: {g.health} GPU {g.describe()} has no minor_number; no DeviceTaintRule can name it"
             )
         elif share != SHARE_KUBERNETES and g.minor is None:
             st.errors.append(

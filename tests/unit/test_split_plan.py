@@ -804,3 +804,22 @@ def test_lost_gpu_without_identity_is_excluded_not_refused():
     assert refused("gpu-a", facts, "dra", {"count": 2}).errors == [
         "gpu-a: facts: GPU #3 has no valid GPU UUID: None"
     ]
+
+
+def test_a_gpu_the_driver_would_not_open_is_excluded_with_its_reason():
+    """The facts report a GPU NVML could not open (no permission) by index only, degraded: the plan
+    keeps it out of both shares with the facts' reason, even when degraded GPUs are allowed."""
+    reason = "NVML cannot open GPU 3: nvmlDeviceGetHandleByIndex returned NVML_ERROR_NO_PERMISSION"
+    facts = facts8({3: {"health": "degraded", "reasons": [reason]}})
+    facts[3].update({"uuid": None, "pci_bus_id": None, "minor_number": None})
+    for exclude_unhealthy in (True, False):
+        plan = sp.plan_node(
+            "gpu-a", facts, "device_plugin", {"count": 7}, exclude_unhealthy=exclude_unhealthy
+        )
+        assert plan["kubernetes_count"] == 7 and None not in plan["kubernetes_uuids"]
+        [excluded] = plan["excluded"]
+        assert excluded["uuid"] is None and reason in excluded["reason"]
+    with pytest.raises(sp.PlanError, match="8"):
+        sp.plan_node("gpu-a", facts, "device_plugin", {"count": 8})
+    dra_plan = plan_node("gpu-a", facts, "dra", {"count": 2})
+    assert any("degraded GPU" in w and "no DeviceTaintRule can name it" in w for w in dra_plan["warnings"])
