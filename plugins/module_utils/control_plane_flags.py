@@ -1252,3 +1252,12 @@ def _cp_result(kind, provider, evidence, message):
         "evidence": evidence,
         "message": message,
     }
+
+
+# The argument spec of the gate options every flag-editing module takes (doc fragment gpusplit.k8s.gate_edits).
+GATE_EDIT_ARGS = {
+    "feature_gates": {"type": "dict", "default": {}},
+    "runtime_config": {"type": "dict", "default": {}},
+    "remove_feature_gates": {"type": "list", "elements": "str", "default": []},
+    "remove_runtime_config": {"type": "list", "elements": "str", "default": []},
+}

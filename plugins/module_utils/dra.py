@@ -409,27 +409,36 @@ def lab_mig_device_name(parent_minor, profile, profile_id, placement_start):
     return f"gpu-{int(parent_minor)}-mig-{pname}-{int(profile_id)}-{int(placement_start)}"
 
 
+def _published_device(name, kind, uuid, gpu, memory, driver_version, **extra):
+    """One device as the harness publishes it: the parent GPU's product name and bus id."""
+    return {
+        "name": name,
+        "type": kind,
+        "uuid": uuid,
+        "product_name": gpu.get("name") or "",
+        "pci_bus_id": dra_pci_bus_id(gpu.get("pci_bus_id")),
+        "memory": f"{int(memory)}Mi" if isinstance(memory, int) and not isinstance(memory, bool) else "",
+        "driver_version": driver_version or "",
+        **extra,
+    }
+
+
 def _lab_mig_devices(gpu, driver_version):
     devices, start = [], 0
     for mig in sorted(gpu.get("mig_devices") or [], key=lambda m: m.get("gpu_instance_id") or 0):
         profile_id, size = _LAB_MIG_PROFILES.get(str(mig.get("profile")), _LAB_MIG_PROFILE_FALLBACK)
-        memory = mig.get("memory_total_mib")
+        name = lab_mig_device_name(gpu["minor_number"], mig.get("profile") or "mig", profile_id, start)
         devices.append(
-            {
-                "name": lab_mig_device_name(
-                    gpu["minor_number"], mig.get("profile") or "mig", profile_id, start
-                ),
-                "type": "mig",
-                "uuid": mig.get("uuid") or "",
-                "parent_uuid": gpu["uuid"],
-                "profile": str(mig.get("profile") or ""),
-                "product_name": gpu.get("name") or "",
-                "pci_bus_id": dra_pci_bus_id(gpu.get("pci_bus_id")),
-                "memory": f"{int(memory)}Mi"
-                if isinstance(memory, int) and not isinstance(memory, bool)
-                else "",
-                "driver_version": driver_version or "",
-            }
+            _published_device(
+                name,
+                "mig",
+                mig.get("uuid") or "",
+                gpu,
+                mig.get("memory_total_mib"),
+                driver_version,
+                parent_uuid=gpu["uuid"],
+                profile=str(mig.get("profile") or ""),
+            )
         )
         start += size
     return devices
@@ -451,19 +460,9 @@ def slice_devices(gpus, driver_version=None):
         if str((gpu.get("mig_mode") or {}).get("current") or "").lower() == "enabled":
             devices.extend(_lab_mig_devices(gpu, driver_version))
             continue
-        memory = gpu.get("memory_total_mib")
+        name = device_name(gpu["minor_number"])
         devices.append(
-            {
-                "name": device_name(gpu["minor_number"]),
-                "type": "gpu",
-                "uuid": gpu["uuid"],
-                "product_name": gpu.get("name") or "",
-                "pci_bus_id": dra_pci_bus_id(gpu.get("pci_bus_id")),
-                "memory": f"{int(memory)}Mi"
-                if isinstance(memory, int) and not isinstance(memory, bool)
-                else "",
-                "driver_version": driver_version or "",
-            }
+            _published_device(name, "gpu", gpu["uuid"], gpu, gpu.get("memory_total_mib"), driver_version)
         )
     return sorted(devices, key=lambda d: (int(d["name"].split("-")[1]), d["name"]))
 

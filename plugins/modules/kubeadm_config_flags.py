@@ -36,24 +36,6 @@ options:
     elements: str
     choices: [apiServer, scheduler, controllerManager]
     default: [apiServer, scheduler, controllerManager]
-  feature_gates:
-    description: Gates to set in every section of O(components), name to boolean.
-    type: dict
-    default: {}
-  runtime_config:
-    description: C(--runtime-config) entries to set; only C(apiServer) gets them.
-    type: dict
-    default: {}
-  remove_feature_gates:
-    description: Gate names to delete.
-    type: list
-    elements: str
-    default: []
-  remove_runtime_config:
-    description: C(--runtime-config) keys to delete (C(apiServer) only).
-    type: list
-    elements: str
-    default: []
   validate_version:
     description:
       - Check each section's resulting gates against the gpusplit catalog for this Kubernetes version
@@ -69,6 +51,7 @@ options:
     type: bool
     default: false
 extends_documentation_fragment:
+  - gpusplit.k8s.gate_edits
   - gpusplit.k8s.attributes.check_mode_and_diff
 author:
   - gpusplit contributors
@@ -140,6 +123,7 @@ import yaml
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags import (
+    GATE_EDIT_ARGS,
     FlagEditError,
     merge_cluster_config_flags,
 )
@@ -243,10 +227,7 @@ def main():
                 choices=["apiServer", "scheduler", "controllerManager"],
                 default=["apiServer", "scheduler", "controllerManager"],
             ),
-            feature_gates=dict(type="dict", default={}),
-            runtime_config=dict(type="dict", default={}),
-            remove_feature_gates=dict(type="list", elements="str", default=[]),
-            remove_runtime_config=dict(type="list", elements="str", default=[]),
+            **GATE_EDIT_ARGS,
             validate_version=dict(type="str"),
             allow_uncatalogued=dict(type="bool", default=False),
             backup=dict(type="bool", default=False),

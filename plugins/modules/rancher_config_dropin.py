@@ -45,24 +45,6 @@ options:
     type: str
     choices: [present, absent]
     default: present
-  feature_gates:
-    description: Gates to set on kube-apiserver, kube-scheduler and kube-controller-manager, name to boolean.
-    type: dict
-    default: {}
-  runtime_config:
-    description: C(--runtime-config) entries for kube-apiserver, group/version to value.
-    type: dict
-    default: {}
-  remove_feature_gates:
-    description: Gate names to delete from the drop-in.
-    type: list
-    elements: str
-    default: []
-  remove_runtime_config:
-    description: Keys to delete from the drop-in's C(--runtime-config).
-    type: list
-    elements: str
-    default: []
   header:
     description: Comment written at the top of the drop-in (one C(#) line per line).
     type: str
@@ -79,6 +61,7 @@ options:
         O(runtime_config), O(remove_feature_gates) or O(remove_runtime_config).
     type: path
 extends_documentation_fragment:
+  - gpusplit.k8s.gate_edits
   - gpusplit.k8s.attributes.check_mode_and_diff
 author:
   - gpusplit contributors
@@ -150,6 +133,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags import (
+    GATE_EDIT_ARGS,
     FlagEditError,
     merge_rancher_dropin,
     parse_rancher_dropin,
@@ -329,10 +313,7 @@ def main():
             config_dir=dict(type="path", required=True),
             name=dict(type="str", default="50-gpusplit-feature-gates.yaml"),
             state=dict(type="str", choices=["present", "absent"], default="present"),
-            feature_gates=dict(type="dict", default={}),
-            runtime_config=dict(type="dict", default={}),
-            remove_feature_gates=dict(type="list", elements="str", default=[]),
-            remove_runtime_config=dict(type="list", elements="str", default=[]),
+            **GATE_EDIT_ARGS,
             header=dict(type="str"),
             backup_dir=dict(type="path"),
             restore_from=dict(type="path"),

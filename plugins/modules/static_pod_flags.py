@@ -34,26 +34,6 @@ options:
     description: The static-pod manifest to edit.
     type: path
     required: true
-  feature_gates:
-    description: Gates to set, name to boolean.
-    type: dict
-    default: {}
-  runtime_config:
-    description:
-      - C(--runtime-config) entries to set, group/version (or group/version/resource) to value
-        (C(true)/C(false)). Only kube-apiserver has this flag.
-    type: dict
-    default: {}
-  remove_feature_gates:
-    description: Gate names to delete from C(--feature-gates) (for example gates an upgrade removes).
-    type: list
-    elements: str
-    default: []
-  remove_runtime_config:
-    description: Keys to delete from C(--runtime-config).
-    type: list
-    elements: str
-    default: []
   backup_dir:
     description:
       - Directory for a copy of the manifest as it was before the change. Required whenever the
@@ -88,6 +68,7 @@ options:
         O(remove_runtime_config) or O(validate_version).
     type: path
 extends_documentation_fragment:
+  - gpusplit.k8s.gate_edits
   - gpusplit.k8s.attributes.check_mode_and_diff
 author:
   - gpusplit contributors
@@ -200,6 +181,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags import (
     APISERVER,
+    GATE_EDIT_ARGS,
     FlagEditError,
     edit_static_pod_manifest,
     parse_static_pod,
@@ -397,10 +379,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             path=dict(type="path", required=True),
-            feature_gates=dict(type="dict", default={}),
-            runtime_config=dict(type="dict", default={}),
-            remove_feature_gates=dict(type="list", elements="str", default=[]),
-            remove_runtime_config=dict(type="list", elements="str", default=[]),
+            **GATE_EDIT_ARGS,
             backup_dir=dict(type="path"),
             validate_version=dict(type="str"),
             allow_uncatalogued=dict(type="bool", default=False),

@@ -27,7 +27,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible_output import recap
+from ansible_output import ansible_playbook, recap
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils.split_plan import plan_fleet
 
@@ -133,26 +133,16 @@ def run_install(tmp_path, repo_url, namespace, release, *extra, settings=None):
             }
         )
     )
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.run(
-        [
-            "ansible-playbook",
-            "-i",
-            "localhost,",
-            "-c",
-            "local",
-            "-e",
-            f"ansible_python_interpreter={sys.executable}",
-            str(playbook),
-            "-e",
-            f"@{extra}",
-            *more,
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=600,
+    proc = ansible_playbook(
+        str(playbook),  # an absolute path: the runner's playbooks/ prefix does not apply
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-e",
+        f"@{extra}",
+        *more,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     return proc

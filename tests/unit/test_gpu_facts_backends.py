@@ -418,18 +418,23 @@ def _refuse_handle(data, how):
         gpu["handle_error"] = how
 
 
-@pytest.mark.parametrize("how", sorted(HANDLE_FAILURES))
-def test_gpu_nvml_refuses_one_handle(how, monkeypatch, tmp_path):
-    """nvmlDeviceGetHandleByIndex fails for GPU 2 only: it is reported by index with the NVML error named
-    and what to do; the other GPUs are read as usual and the module does not fail."""
-    status, name, text, advice = HANDLE_FAILURES[how]
+def _gather_refused(how, backend, monkeypatch, tmp_path):
+    """The gpu-lost host with only GPU 2's handle call failing ``how``; (fixture, module result)."""
     data = fixture("gpu-lost.json")
     data["gpus"][2]["lost"] = False  # only the handle call fails
     _refuse_handle(data, how)
     path = tmp_path / "refused.json"
     path.write_text(json.dumps(data))
     monkeypatch.setenv(ENV, str(path))
-    result = module.gather(params(backend="nvml"), FakeHost(path))
+    return data, module.gather(params(backend=backend), FakeHost(path))
+
+
+@pytest.mark.parametrize("how", sorted(HANDLE_FAILURES))
+def test_gpu_nvml_refuses_one_handle(how, monkeypatch, tmp_path):
+    """nvmlDeviceGetHandleByIndex fails for GPU 2 only: it is reported by index with the NVML error named
+    and what to do; the other GPUs are read as usual and the module does not fail."""
+    status, name, text, advice = HANDLE_FAILURES[how]
+    data, result = _gather_refused(how, "nvml", monkeypatch, tmp_path)
     gpus = result["ansible_facts"]["nvidia_gpus"]
     assert [gpu["index"] for gpu in gpus] == [0, 1, 3, 2]  # no bus id: last
     refused = gpus[-1]
@@ -888,16 +893,7 @@ SMI_HANDLE_FAILURES = {
 def test_gpu_smi_names_why_it_cannot_open_a_gpu(how, monkeypatch, tmp_path):
     """The nvidia-smi backend reports a GPU it cannot open with the same verdict and advice as NVML."""
     status, text, advice = SMI_HANDLE_FAILURES[how]
-    data = fixture("gpu-lost.json")
-    data["gpus"][2]["lost"] = False
-    if how == "lost_at_handle":
-        data["gpus"][2]["lost_hidden"] = True
-    else:
-        _refuse_handle(data, how)
-    path = tmp_path / "refused.json"
-    path.write_text(json.dumps(data))
-    monkeypatch.setenv(ENV, str(path))
-    result = module.gather(params(backend="nvidia-smi"), FakeHost(path))
+    data, result = _gather_refused(how, "nvidia-smi", monkeypatch, tmp_path)
     gpus = result["ansible_facts"]["nvidia_gpus"]
     [refused] = [g for g in gpus if g["uuid"] is None]
     assert refused["pci_bus_id"] == gf.normalize_pci_bus_id(data["gpus"][2]["pci_bus_id"])
