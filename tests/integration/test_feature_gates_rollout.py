@@ -553,3 +553,65 @@ def test_k3s_unknown_gate_puts_the_previous_drop_in_back(k3s, kubectl):
     assert {c: v["gate"] for c, v in gate_values().items()} == dict.fromkeys(COMPONENTS, 0.0)
     now = generations()
     assert all(now[c] >= gens[c] + 2 for c in COMPONENTS)  # the broken start, then the restored one
+
+
+# --------------------------------------------------------------------------------------------
+# the role's own stops and reports, run for real (the module-level logic has unit tests)
+
+FIXTURE_136 = ROOT / "tests" / "fixtures" / "kubeadm" / "v1beta4-1.36-gates"
+
+
+def test_upgrade_preflight_reports_the_gates_the_target_removed(control_plane, tmp_path):
+    """kubeadm-generated 1.36 manifests that set GangScheduling and WorkloadAwarePreemption: with
+    gpusplit_upgrade_target_version 1.37 the role reports, per component, that they would stop it."""
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    for name in COMPONENTS:
+        (manifests / f"{name}.yaml").write_bytes((FIXTURE_136 / f"{name}.yaml").read_bytes())
+    before = {p.name: p.read_bytes() for p in manifests.iterdir()}
+    lab_before = manifest_bytes()
+    rc, out, _ = run_playbook(
+        {
+            "gpusplit_feature_gates": {GATE: True},
+            "gpusplit_cp_manifest_dir": str(manifests),
+            "gpusplit_upgrade_target_version": "1.37",
+        },
+        "--check",
+    )
+    flat = " ".join(out.split())
+    assert "Report what would stop a component after the upgrade" in out, out[-4000:]
+    report = flat.split("Report what would stop a component after the upgrade", 1)[1]
+    assert "target: '1.37'" in report or "target: 1.37" in report
+    for gate in ("GangScheduling", "WorkloadAwarePreemption"):
+        assert gate in report.split("requested_gate_errors", 1)[0], report[:3000]
+    assert {p.name: p.read_bytes() for p in manifests.iterdir()} == before  # check mode, and a report only
+    assert manifest_bytes() == lab_before
+
+
+def test_a_managed_control_plane_stops_the_play_and_says_why(control_plane, kubectl, tmp_path):
+    """No manifests, no k3s/rke2 configuration, and a node label of a managed offering: the play stops
+    on that host, naming the provider, and changes nothing."""
+    empty = tmp_path / "manifests"
+    empty.mkdir()
+    node = kubectl.json("get", "nodes")["items"][0]["metadata"]["name"]
+    kubectl("label", "node", node, "eks.amazonaws.com/nodegroup=gpu-workers", "--overwrite")
+    lab_before, gens = manifest_bytes(), generations()
+    try:
+        rc, out, _ = run_playbook(
+            {
+                "gpusplit_feature_gates": {GATE: True},
+                "gpusplit_cp_manifest_dir": str(empty),
+                "gpusplit_cp_rancher_dirs": {
+                    "k3s": str(tmp_path / "no-k3s"),
+                    "rke2": str(tmp_path / "no-rke2"),
+                },
+            }
+        )
+    finally:
+        kubectl("label", "node", node, "eks.amazonaws.com/nodegroup-")
+    flat = " ".join(out.split())
+    assert rc != 0
+    assert "Stop, the control plane cannot be changed from this host" in out, out[-4000:]
+    assert "the control plane is managed by Amazon EKS" in flat
+    assert "cannot be changed by gpusplit" in flat and "Nothing was changed." in flat
+    assert manifest_bytes() == lab_before and generations() == gens
