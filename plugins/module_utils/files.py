@@ -5,7 +5,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
+import time
 
 
 def write_atomic(module, path, text, new_file=False):
@@ -30,3 +32,12 @@ def write_atomic(module, path, text, new_file=False):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def backup_copy(path, backup_dir):
+    """Copy ``path`` into ``backup_dir`` (made 0700) as ``<name>.<UTC stamp>.<pid>.bak``; returns the copy."""
+    os.makedirs(backup_dir, mode=0o700, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    backup = os.path.join(backup_dir, f"{os.path.basename(path)}.{stamp}.{os.getpid()}.bak")
+    shutil.copy2(path, backup)
+    return backup

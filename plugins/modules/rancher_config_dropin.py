@@ -127,8 +127,6 @@ effective_flags:
 """
 
 import os
-import shutil
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -141,7 +139,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags i
     rancher_dropin_problems,
     rancher_read_order,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils.files import write_atomic
+from ansible_collections.gpusplit.k8s.plugins.module_utils.files import backup_copy, write_atomic
 
 _SUFFIXES = (".yaml", ".yml")
 
@@ -188,11 +186,7 @@ def _backup(module, path: str, backup_dir: str | None, dropin_dir: str) -> str:
         )
     if module.check_mode:
         return ""
-    os.makedirs(backup_dir, mode=0o700, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    backup = os.path.join(backup_dir, f"{os.path.basename(path)}.{stamp}.{os.getpid()}.bak")
-    shutil.copy2(path, backup)
-    return backup
+    return backup_copy(path, backup_dir)
 
 
 def _write(module, path: str, text: str, existed: bool) -> None:

@@ -173,9 +173,7 @@ validation_warnings:
 """
 
 import os
-import shutil
 import stat
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -191,7 +189,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils.feature_gates import 
     runtime_config_problems,
     validate_gates,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils.files import write_atomic
+from ansible_collections.gpusplit.k8s.plugins.module_utils.files import backup_copy, write_atomic
 
 
 def _inside(child: str, parent: str) -> bool:
@@ -366,11 +364,7 @@ def run(module: AnsibleModule) -> dict:
     if module.check_mode:
         return result
 
-    os.makedirs(p["backup_dir"], mode=0o700, exist_ok=True)
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    backup = os.path.join(p["backup_dir"], f"{os.path.basename(path)}.{stamp}.{os.getpid()}.bak")
-    shutil.copy2(path, backup)
-    result["backup_file"] = backup
+    result["backup_file"] = backup_copy(path, p["backup_dir"])
     write_atomic(module, path, edit["text"])
     return result
 
