@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # Copyright: gpusplit contributors
 # Apache License 2.0 (see galaxy.yml)
-"""Generate plugins/module_utils/feature_gate_data.py: every Kubernetes feature gate, per release.
+"""Generate plugins/module_utils/_control_plane/gate_data.py: every Kubernetes feature gate, per release.
 
 Reads the released Go modules from the Go module cache (``go env GOMODCACHE``), downloading the
 ones that are missing with ``go mod download`` (through the Go module proxy), and writes a plain
@@ -41,7 +41,7 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DATA_MODULE = ROOT / "plugins" / "module_utils" / "feature_gate_data.py"
+DATA_MODULE = ROOT / "plugins" / "module_utils" / "_control_plane" / "gate_data.py"
 
 #: Kubernetes minor -> the k8s.io/kubernetes release read for it.
 RELEASES = {"1.35": "1.35.4", "1.36": "1.36.3", "1.37": "1.37.2"}

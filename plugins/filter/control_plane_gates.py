@@ -7,14 +7,14 @@
     {{ runtime_config | gpusplit.k8s.gpusplit_cp_enabled_api_versions }}  -> ["scheduling.k8s.io/v1beta1"]
     {{ log_text | gpusplit.k8s.gpusplit_cp_component_error }}     -> the lines that say why it stopped
 
-The logic lives in plugins/module_utils/control_plane_flags.py (detection, versions, k3s/rke2
-drop-in) and plugins/module_utils/cp_health.py (log reading).
+The logic lives in plugins/module_utils/_control_plane/flags.py (detection, versions, k3s/rke2
+drop-in) and plugins/module_utils/_control_plane/health.py (log reading).
 """
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import control_plane_flags as flags
-from ansible_collections.gpusplit.k8s.plugins.module_utils import cp_health
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import flags
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import health as cp_health
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 REFUSALS = {flags.FlagEditError: None, cp_health.HealthError: None}  # titled by the filter name

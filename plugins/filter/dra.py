@@ -1,4 +1,4 @@
-"""Filters exposing DRA mode (plugins/module_utils/dra.py) to the roles dra_driver, dra_split and
+"""Filters exposing DRA mode (plugins/module_utils/_dra/dra.py) to the roles dra_driver, dra_split and
 the playbooks dra.yml and isolate_gpu.yml.
 
     {{ gpusplit_fleet_plan | gpusplit.k8s.gpusplit_dra_host_rules }}
@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import base64
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import dra, render, split_plan
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra import dra
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner as split_plan
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 REFUSALS = {

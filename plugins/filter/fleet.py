@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import verify
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
 
 # inventory variable -> planner key; the defaults are those of the roles' argument specs
 FLEET_VARS = {
@@ -58,7 +58,7 @@ def gpusplit_fleet_facts(hostvars, hosts):
 
 
 def gpusplit_verify(plan, nodes, pods, facts_by_host):
-    """The fleet report (see module_utils/verify.py)."""
+    """The fleet report (see plugins/module_utils/_split/verify.py)."""
     return verify.verify_fleet(plan, nodes, pods, facts_by_host)
 
 

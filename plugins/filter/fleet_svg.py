@@ -4,14 +4,14 @@
     {{ report | gpusplit.k8s.gpusplit_fleet_svg(plan, title='gpusplit fleet (lab)') }}
 
 One row per node, one cell per GPU coloured by share (Kubernetes, host, excluded/unhealthy),
-tooltips with UUID, PCI bus id, name and health. See plugins/module_utils/fleet_svg.py.
+tooltips with UUID, PCI bus id, name and health. See plugins/plugin_utils/fleet_svg.py.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import fleet_svg
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import fleet_svg
 
 
 def gpusplit_fleet_svg(report, plan, title="gpusplit fleet"):

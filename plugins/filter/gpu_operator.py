@@ -1,4 +1,4 @@
-"""Filters for GPU Operator mode (plugins/module_utils/gpu_operator.py) and the plugin collision check.
+"""Filters for GPU Operator mode (plugins/plugin_utils/gpu_operator.py) and the plugin collision check.
 
     {{ gpusplit_fleet_plan | gpusplit.k8s.gpusplit_operator_config(mig_configs, clusterpolicies, settings, nodes, daemonsets) }}
     {{ hostvars | gpusplit.k8s.gpusplit_mig_configs(gpusplit_fleet_plan.nodes.keys() | list) }}
@@ -10,7 +10,8 @@ Every refusal becomes one AnsibleFilterError listing all messages.
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import gpu_operator, render, split_plan
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner as split_plan
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator, render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 REFUSALS = {

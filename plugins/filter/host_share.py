@@ -1,4 +1,4 @@
-"""Filters exposing the host-share renderer (plugins/module_utils/host_share.py) to the role gpu_host.
+"""Filters exposing the host-share renderer (plugins/plugin_utils/host_share.py) to the role gpu_host.
 
     {{ gpusplit_node_plan | gpusplit.k8s.gpusplit_host_share(gpusplit_host_services, gpusplit_host_root) }}
     {{ found_dropin_paths | gpusplit.k8s.gpusplit_stale_dropins(share) }}
@@ -8,7 +8,7 @@ Every refusal becomes one AnsibleFilterError listing all messages.
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import host_share
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import host_share
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 REFUSALS = {host_share.HostShareError: "gpusplit host share"}

@@ -11,7 +11,8 @@ Every refusal of the planner becomes one AnsibleFilterError listing all messages
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import render, split_plan
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner as split_plan
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 REFUSALS = {split_plan.PlanError: "gpusplit split plan", render.RenderError: "gpusplit render"}

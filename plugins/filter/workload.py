@@ -10,7 +10,7 @@ Every refusal becomes one AnsibleFilterError listing all reasons.
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import workload
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 REFUSALS = {workload.WorkloadError: "gpusplit gang job"}

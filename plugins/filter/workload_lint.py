@@ -5,14 +5,14 @@
     {{ findings | gpusplit.k8s.gpusplit_lint_table }}
     {{ {'name': 'gpusplit-visible-devices'} | gpusplit.k8s.gpusplit_guard_objects }}
 
-See plugins/module_utils/workload_lint.py for the rules and the guard.
+See plugins/plugin_utils/workload_lint.py for the rules and the guard.
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import workload_lint
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_lint
 
 
 def gpusplit_workload_lint(

@@ -105,8 +105,8 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_apply import ApplyError, Cluster, run
-from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_client import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.apply import ApplyError, Cluster, run
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     CLUSTER_ARGS,
     require_kubernetes,
 )

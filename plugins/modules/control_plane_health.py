@@ -146,7 +146,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils.cp_health import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.health import (
     APISERVER,
     Credentials,
     HealthError,

@@ -120,9 +120,9 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import dra
-from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_apply import Cluster, is_subset
-from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_client import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra import dra
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.apply import Cluster, is_subset
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     CLUSTER_ARGS,
     error_text,
     require_kubernetes,

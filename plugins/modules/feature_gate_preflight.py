@@ -142,7 +142,7 @@ import os
 import yaml
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flags import (
     CONTROL_PLANE,
     FlagEditError,
     parse_feature_gates,
@@ -150,7 +150,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags i
     parse_static_pod,
     rancher_component_flags,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils.feature_gates import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import (
     CatalogError,
     migrate_gates,
     supported_minor,

@@ -66,13 +66,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import verify
-from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_client import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     CLUSTER_ARGS,
     api_client,
     error_text,
     require_kubernetes,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
 
 FAIL_SETTLE_SECONDS = 15
 

@@ -73,8 +73,8 @@ try:
 except ImportError:  # reported by require_kubernetes()
     pass
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import diagnose
-from ansible_collections.gpusplit.k8s.plugins.module_utils.k8s_client import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose import diagnose
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     CLUSTER_ARGS,
     api_client,
     error_text,

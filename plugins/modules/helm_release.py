@@ -112,7 +112,7 @@ import tempfile
 import yaml
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import helm as H
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import helm as H
 
 
 def _run(module, cmd, what):

@@ -122,17 +122,17 @@ import os
 import yaml
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flags import (
     GATE_EDIT_ARGS,
     FlagEditError,
     merge_cluster_config_flags,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils.feature_gates import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import (
     CatalogError,
     runtime_config_problems,
     validate_gates,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils.files import write_atomic
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import write_atomic
 
 
 def _cluster_config(text: str) -> dict:

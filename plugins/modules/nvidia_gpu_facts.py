@@ -212,8 +212,9 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import gpu_nvml, gpu_smi
-from ansible_collections.gpusplit.k8s.plugins.module_utils.gpu_facts import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import smi as gpu_smi
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.facts import (
     HEALTH_DEGRADED,
     HEALTH_LOST,
     HEALTH_OK,

@@ -119,8 +119,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils.files import write_atomic
-from ansible_collections.gpusplit.k8s.plugins.module_utils.toolkit_config import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import write_atomic
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.toolkit_config import (
     DEFAULT_PATH,
     HARDENING_SETTINGS,
     TomlEditError,

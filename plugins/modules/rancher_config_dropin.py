@@ -130,7 +130,7 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flags import (
     GATE_EDIT_ARGS,
     FlagEditError,
     merge_rancher_dropin,
@@ -139,7 +139,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags i
     rancher_dropin_problems,
     rancher_read_order,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils.files import backup_copy, write_atomic
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import backup_copy, write_atomic
 
 _SUFFIXES = (".yaml", ".yml")
 

@@ -177,19 +177,19 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils.control_plane_flags import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flags import (
     APISERVER,
     GATE_EDIT_ARGS,
     FlagEditError,
     edit_static_pod_manifest,
     parse_static_pod,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils.feature_gates import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import (
     CatalogError,
     runtime_config_problems,
     validate_gates,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils.files import backup_copy, write_atomic
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import backup_copy, write_atomic
 
 
 def _inside(child: str, parent: str) -> bool:

@@ -19,9 +19,9 @@ import pytest
 import yaml
 from fleetgen import synthetic_fleet
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import k8s_apply
-from ansible_collections.gpusplit.k8s.plugins.module_utils.render import render_daemonsets
-from ansible_collections.gpusplit.k8s.plugins.module_utils.split_plan import plan_fleet
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply as k8s_apply
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import render_daemonsets
 from lab import components as C
 
 N = 1000

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import gpu_nvml, gpu_smi
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import smi as gpu_smi
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "gpus" / "dgx-h100.json"

@@ -5,7 +5,7 @@ driver that the control plane sees: for a node it publishes the ResourceSlice th
 kubelet plugin would publish (driver gpu.nvidia.com, pool = node name, one device gpu-<minor> per
 GPU of the node's fixture, with the uuid / productName / resource.kubernetes.io/pciBusID
 attributes), and the DeviceClass gpu.nvidia.com that the driver's chart installs. Both are
-rendered by plugins/module_utils/dra.py. Everything else (claims, allocation, DeviceTaintRules,
+rendered by plugins/module_utils/_dra/dra.py. Everything else (claims, allocation, DeviceTaintRules,
 eviction) is the real kube-apiserver, kube-scheduler and kube-controller-manager.
 
 It also writes a node's containerd config below the lab's host root for that host

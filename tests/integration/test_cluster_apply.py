@@ -8,8 +8,9 @@ import uuid
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import k8s_apply, render
-from ansible_collections.gpusplit.k8s.plugins.module_utils.split_plan import MIG_STRATEGIES, plan_fleet
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply as k8s_apply
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import MIG_STRATEGIES, plan_fleet
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from lab import components as C
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")

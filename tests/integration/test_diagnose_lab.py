@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import diagnose
+from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose import diagnose
 from ansible_collections.gpusplit.k8s.plugins.modules import gpu_pending_diagnose as module
 from lab import nodes as labnodes
 from lab.lab import TRANSIENT_ERRORS as TRANSIENT

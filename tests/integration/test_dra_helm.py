@@ -29,7 +29,7 @@ import pytest
 import yaml
 from ansible_output import ansible_playbook, recap
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils.split_plan import plan_fleet
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
 
 ROOT = Path(__file__).resolve().parents[2]
 REFERENCE_VALUES = (

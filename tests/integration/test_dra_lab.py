@@ -29,7 +29,7 @@ import pytest
 import yaml
 from ansible_output import recap
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import dra
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra import dra
 
 ROOT = Path(__file__).resolve().parents[2]
 DGX, WS, DP = "gsdra-dgx-01", "gsdra-ws-01", "gsdra-dp-01"

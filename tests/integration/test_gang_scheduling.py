@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import workload
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload
 from lab import components as C
 from lab import lab as labctl
 from lab import nodes as labnodes

@@ -1,0 +1,543 @@
+"""Render the cluster-side objects of a split plan from the Jinja2 templates in templates/.
+
+One template per Kubernetes kind (templates/*.yaml.j2) is the single source of truth for the
+shape of that object; this module computes the values, renders with a StrictUndefined
+environment and parses the result with yaml.safe_load into plain dicts, ready for
+kubernetes.core (server-side apply). No I/O besides reading the templates; no Ansible imports.
+
+The device plugin image is pinned here, once: DEVICE_PLUGIN_IMAGE.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import re
+
+import jinja2
+import yaml
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import (
+    DEVICE_PLUGIN_MODES,
+    node_plans,
+)
+
+try:  # libyaml's loader when present: same result, much faster for 10k objects
+    _YAML_LOADER = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover
+    _YAML_LOADER = yaml.SafeLoader
+
+DEVICE_PLUGIN_VERSION = "v0.20.0"
+DEVICE_PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:" + DEVICE_PLUGIN_VERSION
+
+TEMPLATES_DIR = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "templates"
+)
+
+MANAGED_BY = "gpusplit"
+APP_NAME = "gpusplit-device-plugin"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_NODE = "gpusplit.io/node"
+LABEL_SPLIT = "gpusplit.io/split"
+LABEL_KUBERNETES_GPUS = "gpusplit.io/kubernetes-gpus"
+LABEL_HOST_GPUS = "gpusplit.io/host-gpus"
+LABEL_MODE = "gpusplit.io/mode"
+LABEL_GPU_PRESENT = "nvidia.com/gpu.present"
+LABEL_OPERATOR_DEVICE_PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
+ANNOTATION_NODE_NAME = "gpusplit.io/node-name"
+ANNOTATION_HOST = "gpusplit.io/host"
+ANNOTATION_GPU_TAINT = "gpusplit.io/gpu-taint"  # on a node: gpusplit set the GPU taint there
+DAEMONSET_PREFIX = "gpusplit-dp-"
+CONTAINER_NAME = "nvidia-device-plugin-ctr"  # the same name as the upstream static DaemonSet
+DEVICE_PLUGIN_DIR = "/var/lib/kubelet/device-plugins"
+CDI_DIR = "/var/run/cdi"
+DRIVER_ROOT_IN_CONTAINER = "/driver-root"  # the plugin's default DRIVER_ROOT_CTR_PATH
+GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
+EXCLUSION_EXPRESSION = {"key": LABEL_SPLIT, "operator": "NotIn", "values": ["true"]}
+
+# hardening -> (DEVICE_LIST_STRATEGY, needs CAP_SYS_ADMIN, CDI)
+HARDENING = {
+    "envvar": ("envvar", False, False),
+    "volume-mounts": ("volume-mounts", True, False),
+    "cdi": ("cdi-annotations", False, True),
+    "cdi-cri": ("cdi-cri", False, True),
+}
+NODE_PINNING = ("hostname", "node_name")
+
+DEFAULT_SETTINGS = {
+    "namespace": "kube-system",
+    "create_namespace": True,  # only used when namespace is not kube-system
+    "image": DEVICE_PLUGIN_IMAGE,
+    "image_pull_policy": "IfNotPresent",
+    "image_pull_secrets": [],
+    "hardening": "volume-mounts",  # matches the toolkit hardening the gpu_host role applies by default
+    "runtime_class_name": None,  # None: "nvidia" for cdi/cdi-cri, none otherwise; "" : never
+    "priority_class_name": "system-node-critical",
+    "pass_device_specs": False,
+    "fail_on_init_error": True,
+    "driver_root": "/",  # host path of the driver root, mounted for CDI spec generation
+    "nvidia_cdi_hook_path": None,
+    "resources": None,
+    "extra_tolerations": [],
+    "node_pinning": "hostname",  # nodeSelector kubernetes.io/hostname, or matchFields metadata.name
+    "stock_plugin_name": "nvidia-device-plugin-daemonset",
+    "stock_plugin_namespace": "kube-system",
+}
+
+_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+_IMAGE_RE = re.compile(r"^[^\s]+$")
+
+
+class RenderError(ValueError):
+    """Bad settings or a plan that cannot be rendered."""
+
+
+# --------------------------------------------------------------------------------------------
+# names
+
+
+def _short_hash(text, length=8):
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
+
+
+def dns_label_name(prefix, name, max_len=63):
+    """``prefix + name`` as a DNS-1123 label (<= max_len), stable and unique per name.
+
+    The name is used as it is when it already fits; otherwise (upper case, dots, other
+    characters, or too long) it is lower-cased, cleaned, truncated and suffixed with the
+    first 8 hex digits of its sha256, so that two different names never meet.
+    """
+    name = str(name)
+    clean = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]+", "-", name.lower())).strip("-")
+    candidate = prefix + clean
+    if clean == name and len(candidate) <= max_len and _DNS_LABEL_RE.match(candidate):
+        return candidate
+    digest = _short_hash(name)
+    room = max_len - len(prefix) - len(digest) - 1
+    clean = clean[:room].rstrip("-")
+    return f"{prefix}{clean}-{digest}" if clean else f"{prefix}{digest}"
+
+
+def label_value(value):
+    """``value`` as a valid label value (<= 63), stable; hashed when it does not fit."""
+    value = str(value)
+    if len(value) <= 63 and _LABEL_VALUE_RE.match(value):
+        return value
+    digest = _short_hash(value)
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "-", value)[: 63 - len(digest) - 1]
+    clean = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", clean)
+    return f"{clean}-{digest}" if clean else digest
+
+
+def prune_scope(base_selector, plan, inventory_nodes):
+    """Which of gpusplit's per-node objects (split DaemonSets, host-share DeviceTaintRules) a run may prune.
+
+    A run decides about the nodes in its plan and about nodes gone from the inventory. A node that
+    is still in the inventory but not in the plan (left out by ``--limit``, unreachable, failed
+    discovery) keeps its objects: pruning them would hand its host GPUs to pods, or take its GPUs
+    away from Kubernetes, without anyone having asked. Returns {"selector": the label selector
+    for the prune (``base_selector`` plus ``gpusplit.io/node notin (...)``), "kept": node names}.
+    """
+    planned = {p["node"] for p in node_plans(plan)}
+    kept = sorted({str(n) for n in inventory_nodes or [] if str(n) not in planned})
+    if not kept:
+        return {"selector": base_selector, "kept": []}
+    values = ",".join(sorted({label_value(n) for n in kept}))
+    return {"selector": f"{base_selector},{LABEL_NODE} notin ({values})", "kept": kept}
+
+
+def departed_nodes(live_nodes, plan, inventory_nodes):
+    """Names of live nodes that carry gpusplit's labels but whose host left the inventory.
+
+    Nodes in the plan get their labels from render_node_patches; nodes of inventory hosts outside
+    this run are left alone (see prune_scope). What is left are nodes gpusplit labelled once and
+    nobody plans any more.
+    """
+    keep = {p["node"] for p in node_plans(plan)} | {str(n) for n in inventory_nodes or []}
+    out = []
+    for node in live_nodes or []:
+        meta = node.get("metadata") or {}
+        if LABEL_SPLIT in (meta.get("labels") or {}) and meta.get("name") not in keep:
+            out.append(meta["name"])
+    return sorted(out)
+
+
+def render_release_patches(names):
+    """Node objects carrying nothing of gpusplit's: applied under gpusplit's field manager, they
+    take away every label and annotation gpusplit set there (labels others set stay)."""
+    return [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": str(n)}} for n in names]
+
+
+def daemonset_name(node):
+    """``gpusplit-dp-<node>``, DNS-1123 and at most 63 characters."""
+    return dns_label_name(DAEMONSET_PREFIX, node)
+
+
+# --------------------------------------------------------------------------------------------
+# settings and the Jinja2 environment
+
+
+def resolve_settings(settings=None):
+    """Defaults + ``settings`` (None values mean the default); refuse unknown keys and bad values."""
+    if settings is None:
+        settings = {}
+    if not isinstance(settings, dict):
+        raise RenderError(f"settings: expected a mapping, got {type(settings).__name__}")
+    unknown = sorted(str(k) for k in settings if k not in DEFAULT_SETTINGS)
+    if unknown:
+        raise RenderError(
+            f"settings: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(DEFAULT_SETTINGS)})"
+        )
+    out = dict(DEFAULT_SETTINGS)
+    for key, value in settings.items():
+        if value is not None:
+            out[key] = value
+    problems = []
+    if not isinstance(out["namespace"], str) or not _DNS_LABEL_RE.match(out["namespace"]):
+        problems.append(f"settings.namespace {out['namespace']!r} is not a DNS-1123 label")
+    if out["hardening"] not in HARDENING:
+        problems.append(f"settings.hardening {out['hardening']!r} is not one of {', '.join(HARDENING)}")
+    if not isinstance(out["image"], str) or not _IMAGE_RE.match(out["image"]):
+        problems.append(f"settings.image {out['image']!r} is not an image reference")
+    if out["image_pull_policy"] not in ("Always", "IfNotPresent", "Never"):
+        problems.append(
+            f"settings.image_pull_policy {out['image_pull_policy']!r} is not Always|IfNotPresent|Never"
+        )
+    if out["node_pinning"] not in NODE_PINNING:
+        problems.append(
+            f"settings.node_pinning {out['node_pinning']!r} is not one of {', '.join(NODE_PINNING)}"
+        )
+    for key in ("pass_device_specs", "fail_on_init_error", "create_namespace"):
+        if not isinstance(out[key], bool):
+            problems.append(f"settings.{key} {out[key]!r} is not a boolean")
+    for key in ("image_pull_secrets", "extra_tolerations"):
+        if not isinstance(out[key], list | tuple):
+            problems.append(f"settings.{key} {out[key]!r} is not a list")
+    if out["resources"] is not None and not isinstance(out["resources"], dict):
+        problems.append(f"settings.resources {out['resources']!r} is not a mapping")
+    if problems:
+        raise RenderError("; ".join(problems))
+    return out
+
+
+def _to_yaml_scalar(value):
+    """JSON is YAML: every value goes into the templates quoted this way (no injection)."""
+    return json.dumps(value, ensure_ascii=True)
+
+
+@functools.lru_cache(maxsize=4)
+def _environment(templates_dir):
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(templates_dir),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
+    env.filters["q"] = _to_yaml_scalar
+    return env
+
+
+def render_template(template, /, **context):
+    """Render templates/<template> and parse it into one dict."""
+    text = _environment(TEMPLATES_DIR).get_template(template).render(**context)
+    obj = yaml.load(text, Loader=_YAML_LOADER)  # a SafeLoader (libyaml or pure Python)
+    if not isinstance(obj, dict):
+        raise RenderError(f"template {template} did not render a mapping")
+    return obj
+
+
+_SHAPES = {}
+_SHAPES_MAX = 256
+
+
+def _placeholder(key):
+    return f"@@gpusplit:{key}@@"
+
+
+def _fill(obj, values):
+    if isinstance(obj, dict):
+        return {k: _fill(v, values) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_fill(v, values) for v in obj]
+    if isinstance(obj, str) and obj in values:
+        return values[obj]
+    return obj
+
+
+def render_template_per_node(template, variables, invariants):
+    """Like render_template, for many objects that differ only in whole string values.
+
+    The template is rendered and parsed once per distinct ``invariants`` with placeholders
+    for ``variables`` (each used only as a whole scalar in the template), then copied with the
+    real values filled in: the same result as rendering each one, several times faster.
+    """
+    key = (template, json.dumps(invariants, sort_keys=True, default=str))
+    shape = _SHAPES.get(key)
+    if shape is None:
+        if len(_SHAPES) >= _SHAPES_MAX:
+            _SHAPES.clear()
+        shape = render_template(template, **invariants, **{k: _placeholder(k) for k in variables})
+        _SHAPES[key] = shape
+    return _fill(shape, {_placeholder(k): str(v) for k, v in variables.items()})
+
+
+# --------------------------------------------------------------------------------------------
+# node labels and taints
+
+
+def node_labels(node_plan, operator_managed=False):
+    """The labels gpusplit sets on the node of ``node_plan`` (values are strings).
+
+    ``operator_managed``: the GPU Operator runs in the cluster, so its device plugin must be
+    switched off on every split node, whatever the mode (it always is in mode gpu_operator).
+    """
+    labels = {}
+    if node_plan["gpu_count"]:
+        labels[LABEL_GPU_PRESENT] = "true"
+    labels[LABEL_SPLIT] = "true" if node_plan["split"] else "false"
+    labels[LABEL_MODE] = node_plan["mode"]
+    labels[LABEL_KUBERNETES_GPUS] = str(node_plan["kubernetes_count"])
+    labels[LABEL_HOST_GPUS] = str(node_plan["host_count"])
+    if node_plan["split"] and (operator_managed or node_plan["mode"] == "gpu_operator"):
+        labels[LABEL_OPERATOR_DEVICE_PLUGIN] = "false"
+    return labels
+
+
+def node_taints(node_plan, taint_enabled):
+    """``[nvidia.com/gpu=present:NoSchedule]`` for a node with Kubernetes GPUs when enabled."""
+    if taint_enabled and node_plan["kubernetes_count"] > 0:
+        return [dict(GPU_TAINT)]
+    return []
+
+
+def taint_text(taint):
+    """``key=value:Effect``, the way kubectl writes a taint."""
+    value = taint.get("value")
+    return f"{taint['key']}{'=' + value if value else ''}:{taint['effect']}"
+
+
+def node_annotations(node_plan, gpu_taint=False):
+    """The annotations gpusplit sets on the node of ``node_plan``.
+
+    ``gpusplit.io/gpu-taint`` marks a node that gets the GPU taint from gpusplit (gpu_taint on
+    and a Kubernetes share): it is applied with the node's labels, so it goes away (server-side
+    apply, a field no longer sent) in the run that stops tainting the node, and that run's
+    gpu_taint_removals, computed from the nodes as they were before, takes the taint off.
+    """
+    annotations = {ANNOTATION_HOST: node_plan["host"]}
+    if node_taints(node_plan, gpu_taint):
+        annotations[ANNOTATION_GPU_TAINT] = taint_text(GPU_TAINT)
+    return annotations
+
+
+def render_node_patch(node_plan, operator_managed=False, gpu_taint=False):
+    """A Node object carrying only gpusplit's labels and annotations (for server-side apply)."""
+    return render_template(
+        "node.yaml.j2",
+        node=node_plan["node"],
+        labels=node_labels(node_plan, operator_managed),
+        annotations=node_annotations(node_plan, gpu_taint),
+    )
+
+
+def render_node_patches(plan, operator_managed=False, gpu_taint=False):
+    return [render_node_patch(p, operator_managed, gpu_taint) for p in node_plans(plan)]
+
+
+def has_gpu_taint(live_node):
+    """The live node carries nvidia.com/gpu=present:NoSchedule."""
+    taints = ((live_node or {}).get("spec") or {}).get("taints") or []
+    return any(
+        t.get("key") == GPU_TAINT["key"]
+        and t.get("effect") == GPU_TAINT["effect"]
+        and (t.get("value") or "") == GPU_TAINT["value"]
+        for t in taints
+    )
+
+
+def gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes=None):
+    """Names of the live nodes whose GPU taint gpusplit set and must now take off.
+
+    ``live_nodes``: the nodes as they were before this run applied its node patches (their
+    ``gpusplit.io/gpu-taint`` annotation says gpusplit set the taint). A node loses the taint when
+    it still has it, gpusplit set it, and either it is planned in this run and no longer gets it
+    (``taint_enabled`` off, or its Kubernetes share dropped to 0), or its host left the inventory.
+    A taint that someone else set (no annotation) is never touched, and nodes of inventory hosts
+    outside this run (--limit, unreachable) are left as they are (see prune_scope).
+    """
+    planned = {p["node"]: p for p in node_plans(plan)}
+    inventory = {str(n) for n in inventory_nodes or []}
+    out = []
+    for node in live_nodes or []:
+        meta = node.get("metadata") or {}
+        name = meta.get("name")
+        if ANNOTATION_GPU_TAINT not in (meta.get("annotations") or {}) or not has_gpu_taint(node):
+            continue
+        if name in planned:
+            if not node_taints(planned[name], taint_enabled):
+                out.append(name)
+        elif name not in inventory:
+            out.append(name)
+    return sorted(out)
+
+
+# --------------------------------------------------------------------------------------------
+# the per-node split device plugin
+
+
+def _daemonset_context(node_plan, s):
+    """(per-node string values, everything else) for templates/daemonset.yaml.j2."""
+    node = node_plan["node"]
+    mig_strategy = node_plan["mig_strategy"]
+    list_strategy, sys_admin, cdi = HARDENING[s["hardening"]]
+    mig = mig_strategy != "none"
+    runtime_class = s["runtime_class_name"]
+    if runtime_class is None:
+        runtime_class = "nvidia" if cdi else ""
+    hostname_ok = len(node) <= 63 and _LABEL_VALUE_RE.match(node) is not None
+    variables = {
+        "name": daemonset_name(node),
+        "node": node,
+        "host": node_plan["host"],
+        "node_label": label_value(node),
+        "visible_devices": ",".join(node_plan["kubernetes_uuids"]),
+    }
+    return variables, {
+        "namespace": s["namespace"],
+        "managed_by": MANAGED_BY,
+        "app_name": APP_NAME,
+        "pin_by_hostname": s["node_pinning"] == "hostname" and hostname_ok,
+        "image": s["image"],
+        "image_pull_policy": s["image_pull_policy"],
+        "image_pull_secrets": [{"name": n} if isinstance(n, str) else n for n in s["image_pull_secrets"]],
+        "priority_class_name": s["priority_class_name"],
+        "runtime_class_name": runtime_class,
+        "extra_tolerations": list(s["extra_tolerations"]),
+        "resources": s["resources"],
+        "mig_strategy": mig_strategy,
+        "device_list_strategy": list_strategy,
+        "pass_device_specs": "true" if s["pass_device_specs"] else "false",
+        "fail_on_init_error": "true" if s["fail_on_init_error"] else "false",
+        # the chart adds SYS_ADMIN and NVIDIA_MIG_MONITOR_DEVICES=all for any MIG strategy but none
+        "sys_admin": sys_admin or mig,
+        "mig_monitor": mig,
+        "cdi": cdi,
+        "driver_root": s["driver_root"],
+        "driver_root_in_container": DRIVER_ROOT_IN_CONTAINER,
+        "cdi_hook_path": s["nvidia_cdi_hook_path"] or "",
+        "container_name": CONTAINER_NAME,
+        "device_plugin_dir": DEVICE_PLUGIN_DIR,
+        "cdi_dir": CDI_DIR,
+    }
+
+
+def render_split_daemonset(node_plan, settings=None):
+    """The per-node split device plugin DaemonSet (apps/v1) for one node plan."""
+    s = resolve_settings(settings)
+    return _render_daemonset(node_plan, s)
+
+
+def _render_daemonset(node_plan, s):
+    host = node_plan.get("host")
+    if node_plan.get("mode") not in DEVICE_PLUGIN_MODES:
+        raise RenderError(f"{host}: mode {node_plan.get('mode')!r} runs no split device plugin")
+    if not node_plan.get("kubernetes_uuids"):
+        raise RenderError(f"{host}: the Kubernetes share is empty; no device plugin to render")
+    variables, invariants = _daemonset_context(node_plan, s)
+    return render_template_per_node("daemonset.yaml.j2", variables, invariants)
+
+
+def render_daemonsets(plan, settings=None):
+    """One DaemonSet per node in mode device_plugin/gpu_operator with Kubernetes GPUs."""
+    s = resolve_settings(settings)
+    out = []
+    seen = {}
+    for node_plan in node_plans(plan):
+        if node_plan["mode"] not in DEVICE_PLUGIN_MODES or not node_plan["kubernetes_uuids"]:
+            continue
+        ds = _render_daemonset(node_plan, s)
+        name = ds["metadata"]["name"]
+        if name in seen:
+            raise RenderError(f"{node_plan['host']}: DaemonSet name {name} is also the name for {seen[name]}")
+        seen[name] = node_plan["host"]
+        out.append(ds)
+    return out
+
+
+def render_namespace(settings=None):
+    s = resolve_settings(settings)
+    return render_template("namespace.yaml.j2", name=s["namespace"], managed_by=MANAGED_BY)
+
+
+def render_fleet(plan, settings=None):
+    """Every cluster-side object of the split plugins, in apply order.
+
+    The Namespace (when it is not kube-system and create_namespace), then one DaemonSet per
+    node in mode device_plugin/gpu_operator that has Kubernetes GPUs. Nodes in mode none or
+    dra get no object here (their labels: render_node_patches; DRA taints: elsewhere).
+    """
+    s = resolve_settings(settings)
+    objects = []
+    if s["namespace"] != "kube-system" and s["create_namespace"]:
+        objects.append(render_template("namespace.yaml.j2", name=s["namespace"], managed_by=MANAGED_BY))
+    objects.extend(render_daemonsets(plan, s))
+    return objects
+
+
+# --------------------------------------------------------------------------------------------
+# keeping a stock cluster-wide plugin off the split nodes
+
+
+def _existing_terms(existing):
+    if not existing:
+        return []
+    spec = existing
+    if "spec" in existing and existing.get("kind") == "DaemonSet":
+        spec = (((existing.get("spec") or {}).get("template") or {}).get("spec")) or {}
+    if "affinity" in spec:
+        spec = spec.get("affinity") or {}
+    if "nodeAffinity" in spec:
+        spec = spec.get("nodeAffinity") or {}
+    required = spec.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    return list(required.get("nodeSelectorTerms") or [])
+
+
+def exclusion_terms(existing=None):
+    """nodeSelectorTerms that keep the existing terms and add ``gpusplit.io/split NotIn [true]``.
+
+    Terms are ORed and expressions inside a term ANDed, so the expression goes into every
+    term: (t1 or t2) and not-split. Idempotent (an expression already there is not repeated).
+    """
+    terms = _existing_terms(existing)
+    if not terms:
+        return [{"matchExpressions": [dict(EXCLUSION_EXPRESSION)]}]
+    out = []
+    for term in terms:
+        term = dict(term)
+        exprs = list(term.get("matchExpressions") or [])
+        if EXCLUSION_EXPRESSION not in exprs:
+            exprs.append(dict(EXCLUSION_EXPRESSION))
+        term["matchExpressions"] = exprs
+        out.append(term)
+    return out
+
+
+def render_stock_plugin_exclusion(settings=None, existing=None):
+    """A DaemonSet patch for the stock cluster-wide plugin: never on a node labelled split.
+
+    ``existing``: the live DaemonSet (or its pod spec / affinity / nodeAffinity). nodeSelectorTerms
+    is replaced as a whole by a patch, so pass it to keep the terms it already has.
+    """
+    s = resolve_settings(settings)
+    return render_template(
+        "stock_plugin_exclusion.yaml.j2",
+        name=s["stock_plugin_name"],
+        namespace=s["stock_plugin_namespace"],
+        terms=exclusion_terms(existing),
+    )

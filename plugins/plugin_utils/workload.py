@@ -1,0 +1,221 @@
+# Copyright: gpusplit contributors
+# Apache License 2.0 (see galaxy.yml)
+"""Render a gang job: one PodGroup and the Pods that belong to it, for the cluster's Kubernetes minor.
+
+Pure logic (no Ansible imports, no I/O besides reading templates/podgroup.yaml.j2, the one source
+of truth for the shape).  Facts it rests on (k8s.io/api v0.36.1 and v0.37.2):
+
+* 1.37: ``scheduling.k8s.io/v1beta1`` PodGroup (beta API, served only with
+  ``--runtime-config=scheduling.k8s.io/v1beta1=true`` and the ``GenericWorkload`` gate);
+  ``spec.schedulingPolicy`` is exactly one of ``basic: {}`` and ``gang: {minCount: >=1}``
+  (scheduling/v1beta1/types.go ``PodGroupSchedulingPolicy``, ``GangSchedulingPolicy``); the optional
+  link to a Workload's template is ``spec.workloadRef {workloadName, templateName}``.
+* 1.36: ``scheduling.k8s.io/v1alpha2`` PodGroup with the same ``schedulingPolicy``; the link is
+  ``spec.podGroupTemplateRef.workload {workloadName, podGroupTemplateName}``
+  (scheduling/v1alpha2/types.go ``PodGroupTemplateReference``).
+* 1.35 has no PodGroup (``scheduling.k8s.io/v1alpha1`` serves Workload only, pods point at it with
+  ``spec.workloadRef``): refused.
+* A member Pod names its group with ``spec.schedulingGroup.podGroupName`` (core/v1
+  ``PodSchedulingGroup``, 1.36 and 1.37; kube-apiserver drops the field while GenericWorkload is off).
+* ``nvidia.com/gpu`` and every other extended resource: requests must equal limits and be integers.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+
+PODGROUP_API_VERSIONS = {
+    "1.36": "scheduling.k8s.io/v1alpha2",
+    "1.37": "scheduling.k8s.io/v1beta1",
+}
+TEMPLATE = "podgroup.yaml.j2"
+POLICIES = ("gang", "basic")
+LABEL_PODGROUP = "gpusplit.io/podgroup"
+DEFAULT_IMAGE = "registry.k8s.io/pause:3.10"
+
+DEFAULTS = {
+    "namespace": "default",
+    "policy": "gang",
+    "replicas": 1,
+    "min_count": None,  # gang: default all replicas
+    "gpus_per_pod": 1,
+    "gpu_resource": "nvidia.com/gpu",
+    "image": DEFAULT_IMAGE,
+    "command": None,
+    "container_name": "worker",
+    "node_selector": {},
+    "tolerations": [],
+    "labels": {},
+    "priority_class_name": None,
+    "restart_policy": "Never",
+    "termination_grace_period_seconds": 30,
+    "workload": None,  # {name, template}: the Workload PodGroup template this group was made from
+}
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?$")
+
+
+class WorkloadError(ValueError):
+    """The gang job cannot be rendered; ``errors`` lists every reason."""
+
+    def __init__(self, errors):
+        self.errors = list(errors)
+        super().__init__("; ".join(self.errors))
+
+
+def minor_of(version) -> str:
+    m = _VERSION.match(str(version).strip())
+    if not m:
+        raise WorkloadError([f"cannot read a Kubernetes version from {version!r}"])
+    return f"{int(m.group(1))}.{int(m.group(2))}"
+
+
+def podgroup_api_version(version) -> str:
+    """The PodGroup apiVersion a cluster of ``version`` serves (with GenericWorkload on)."""
+    minor = minor_of(version)
+    if minor in PODGROUP_API_VERSIONS:
+        return PODGROUP_API_VERSIONS[minor]
+    if minor == "1.35":
+        raise WorkloadError(
+            [
+                "Kubernetes 1.35 has no PodGroup API: scheduling.k8s.io/v1alpha1 serves Workload only "
+                "(pods point at it with spec.workloadRef); gang jobs need 1.36 (v1alpha2) or 1.37 (v1beta1)"
+            ]
+        )
+    raise WorkloadError(
+        [f"Kubernetes {minor} is not supported for PodGroups (supported: {', '.join(PODGROUP_API_VERSIONS)})"]
+    )
+
+
+def _int(value, what, errors, minimum):
+    if isinstance(value, bool):
+        errors.append(f"{what} must be an integer, got {value!r}")
+        return None
+    try:
+        number = int(str(value).strip())
+    except (TypeError, ValueError):
+        errors.append(f"{what} must be an integer, got {value!r}")
+        return None
+    if str(value).strip() != str(number):
+        errors.append(f"{what} must be an integer, got {value!r}")
+        return None
+    if number < minimum:
+        errors.append(f"{what} must be >= {minimum}, got {number}")
+        return None
+    return number
+
+
+def resolve_job(spec: dict) -> dict:
+    """``spec`` with defaults applied and checked; raises :class:`WorkloadError` listing every problem."""
+    errors: list[str] = []
+    unknown = sorted(set(spec or {}) - set(DEFAULTS) - {"name"})
+    if unknown:
+        errors.append(f"unknown gang job keys: {', '.join(unknown)} (known: name, {', '.join(DEFAULTS)})")
+    job = {**DEFAULTS, **{k: v for k, v in (spec or {}).items() if v is not None or k == "min_count"}}
+    name = str(job.get("name") or "")
+    if not name:
+        errors.append("name is required")
+    elif not _DNS_SUBDOMAIN.match(name) or len(name) > 240:
+        errors.append(
+            f"name {name!r} must be a DNS subdomain of at most 240 characters (pods are <name>-<index>)"
+        )
+    if not _DNS_SUBDOMAIN.match(str(job["namespace"])) or "." in str(job["namespace"]):
+        errors.append(f"namespace {job['namespace']!r} is not a DNS label")
+    if job["policy"] not in POLICIES:
+        errors.append(f"policy must be one of {', '.join(POLICIES)}, got {job['policy']!r}")
+    replicas = _int(job["replicas"], "replicas", errors, 1)
+    gpus = _int(job["gpus_per_pod"], "gpus_per_pod (requests = limits, whole GPUs)", errors, 0)
+    min_count = None
+    if job["policy"] == "gang":
+        min_count = replicas if job["min_count"] is None else _int(job["min_count"], "min_count", errors, 1)
+        if replicas is not None and min_count is not None and min_count > replicas:
+            errors.append(
+                f"min_count {min_count} > replicas {replicas}: the gang could never reach its quorum"
+            )
+    elif job["min_count"] is not None:
+        errors.append("min_count applies to policy gang only (basic schedules each pod on its own)")
+    workload = job["workload"]
+    if workload is not None and (
+        not isinstance(workload, dict) or not workload.get("name") or not workload.get("template")
+    ):
+        errors.append("workload must be {name, template}: the Workload and its PodGroup template")
+    for key, kind in (("node_selector", dict), ("labels", dict), ("tolerations", list)):
+        if not isinstance(job[key], kind):
+            errors.append(f"{key} must be a {kind.__name__}")
+    if job["command"] is not None and not isinstance(job["command"], list):
+        errors.append("command must be a list")
+    if errors:
+        raise WorkloadError(errors)
+    job.update(name=name, replicas=replicas, gpus_per_pod=gpus, min_count=min_count)
+    return job
+
+
+def _labels(job: dict) -> dict:
+    labels = {str(k): str(v) for k, v in job["labels"].items()}
+    labels.setdefault(render.LABEL_MANAGED_BY, render.MANAGED_BY)
+    labels[LABEL_PODGROUP] = render.label_value(job["name"])
+    return labels
+
+
+def _context(job: dict, api_version: str) -> dict:
+    return {
+        "api_version": api_version,
+        "name": job["name"],
+        "namespace": job["namespace"],
+        "labels": _labels(job),
+        "policy": job["policy"],
+        "min_count": job["min_count"],
+        "workload": job["workload"],
+        "priority_class_name": job["priority_class_name"],
+        "restart_policy": job["restart_policy"],
+        "termination_grace_period_seconds": job["termination_grace_period_seconds"],
+        "node_selector": {str(k): str(v) for k, v in job["node_selector"].items()},
+        "tolerations": job["tolerations"],
+        "container_name": job["container_name"],
+        "image": job["image"],
+        "command": job["command"],
+        "gpu_resource": job["gpu_resource"],
+        "gpus_per_pod": job["gpus_per_pod"],
+    }
+
+
+def render_podgroup(spec: dict, version="1.37") -> dict:
+    """The PodGroup of a gang job for a cluster of ``version``."""
+    api_version = podgroup_api_version(version)
+    job = resolve_job(spec)
+    return render.render_template(TEMPLATE, kind="PodGroup", **_context(job, api_version))
+
+
+def member_name(name: str, index: int) -> str:
+    return f"{name}-{index}"
+
+
+def render_member_pod(spec: dict, index: int, version="1.37") -> dict:
+    """Member ``index`` (0-based) of a gang job: a Pod naming the PodGroup in spec.schedulingGroup."""
+    api_version = podgroup_api_version(version)
+    job = resolve_job(spec)
+    return render.render_template(
+        TEMPLATE,
+        kind="Pod",
+        pod_name=member_name(job["name"], index),
+        index=index,
+        **_context(job, api_version),
+    )
+
+
+def render_gang_job(spec: dict, version="1.37") -> list[dict]:
+    """``[PodGroup, Pod 0, ..., Pod replicas-1]`` in creation order (the group first)."""
+    api_version = podgroup_api_version(version)
+    job = resolve_job(spec)
+    context = _context(job, api_version)
+    objects = [render.render_template(TEMPLATE, kind="PodGroup", **context)]
+    for index in range(job["replicas"]):
+        objects.append(
+            render.render_template(
+                TEMPLATE, kind="Pod", pod_name=member_name(job["name"], index), index=index, **context
+            )
+        )
+    return objects

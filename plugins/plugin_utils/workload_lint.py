@@ -1,0 +1,421 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Lint GPU workloads before they reach the cluster, and render the admission guard.
+
+Pure functions over manifests as dicts (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
+Job, CronJob, and List of those). Each finding names the object, the container, the rule and
+the fix. The rules:
+
+* ``extended-resource-requests-equal-limits``: an extended resource (``nvidia.com/gpu``,
+  ``amd.com/gpu``, ``example.com/foo``: any name with a domain outside ``*kubernetes.io/``, see
+  ``is_extended_resource``) may not be overcommitted, so requests must equal limits (a request
+  without a limit is refused too); kube-apiserver rejects the pod otherwise ("must be equal to
+  nvidia.com/gpu limit").
+* ``extended-resource-integer``: its amount must be a whole number ("must be an integer").
+* ``visible-devices-env``: ``NVIDIA_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES`` or
+  ``NVIDIA_DRIVER_CAPABILITIES`` set in a container's env outside the allowed namespaces: with
+  the default runtime settings a pod can grab GPUs (even the host's share) by setting
+  ``NVIDIA_VISIBLE_DEVICES`` without requesting any. ``visible-devices-env-from`` (a warning):
+  an ``envFrom`` source whose keys the lint cannot see could set the same names.
+* ``gpu-taint-toleration``: when the fleet taints its GPU nodes (nvidia.com/gpu=present:NoSchedule),
+  a pod that requests GPUs (``nvidia.com/gpu*``, ``nvidia.com/mig-*``) or gets devices through DRA
+  (a pod-level ``resourceClaims`` entry that a container names in ``resources.claims``) must
+  tolerate that taint or it stays Pending.
+* ``runtime-class-nvidia``: ``runtimeClassName: nvidia`` (the CDI gate) only in allowed namespaces.
+
+The admission guard (templates/validatingadmissionpolicy.yaml.j2 and
+templates/validatingadmissionpolicybinding.yaml.j2) enforces the env rule for
+``NVIDIA_VISIBLE_DEVICES`` in the cluster itself; ``guard_objects`` renders it.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.diagnose import parse_quantity, tolerates
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+
+NATIVE_DOMAIN = "kubernetes.io/"  # kubernetes.io/ and every *.kubernetes.io/ name is native
+QUOTA_PREFIX = "requests."  # quota names, never a container resource
+HUGEPAGES_PREFIX = "hugepages-"
+GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
+VISIBILITY_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
+DEFAULT_ALLOWED_NAMESPACES = ("kube-system", "gpu-operator")
+GPU_TAINT = dict(render.GPU_TAINT)
+ERROR, WARNING = "error", "warning"
+
+RULES = {
+    "extended-resource-requests-equal-limits": ERROR,
+    "extended-resource-integer": ERROR,
+    "visible-devices-env": ERROR,
+    "visible-devices-env-from": WARNING,
+    "gpu-taint-toleration": ERROR,
+    "runtime-class-nvidia": ERROR,
+}
+
+# kind -> path to the pod spec
+_POD_SPEC_PATHS = {
+    "Pod": ("spec",),
+    "Deployment": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "ReplicationController": ("spec", "template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+_CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
+
+
+class LintError(ValueError):
+    """Bad options (not bad manifests: those are findings)."""
+
+
+def pod_spec(obj):
+    """The pod spec inside a workload manifest, or None for other kinds."""
+    path = _POD_SPEC_PATHS.get((obj or {}).get("kind"))
+    if not path:
+        return None
+    cur = obj
+    for key in path:
+        cur = (cur or {}).get(key)
+        if not isinstance(cur, dict):
+            return None
+    return cur
+
+
+def _objects(manifests):
+    for obj in manifests if isinstance(manifests, (list, tuple)) else [manifests]:
+        if not isinstance(obj, dict):
+            continue
+        if obj.get("kind") == "List" or (obj.get("kind") or "").endswith("List") and "items" in obj:
+            yield from _objects(obj.get("items") or [])
+        else:
+            yield obj
+
+
+def object_name(obj):
+    meta = obj.get("metadata") or {}
+    ns = meta.get("namespace")
+    return f"{obj.get('kind')}/{ns + '/' if ns else ''}{meta.get('name') or '(unnamed)'}"
+
+
+def _finding(obj, container, rule, message, fix):
+    return {
+        "object": object_name(obj),
+        "kind": obj.get("kind"),
+        "namespace": (obj.get("metadata") or {}).get("namespace"),
+        "name": (obj.get("metadata") or {}).get("name"),
+        "container": container,
+        "rule": rule,
+        "severity": RULES[rule],
+        "message": message,
+        "fix": fix,
+    }
+
+
+def is_extended_resource(name):
+    """Whether kube-apiserver treats a container resource name as an extended resource.
+
+    Kubernetes' rule (IsExtendedResourceName in k8s.io/kubernetes pkg/apis/core/helper): the
+    name has a domain (a "/"), the domain is not in the kubernetes.io namespace (the name does
+    not contain "kubernetes.io/"), and it does not start with "requests.". Those may not be
+    overcommitted and must be integers. Unprefixed names (cpu, memory, ephemeral-storage,
+    hugepages-2Mi) are native.
+    """
+    name = str(name)
+    return (
+        "/" in name
+        and NATIVE_DOMAIN not in name
+        and not name.startswith(QUOTA_PREFIX)
+        and not name.startswith(HUGEPAGES_PREFIX)
+    )
+
+
+def _integer_fix(resource):
+    fix = f"use a whole number, e.g. {resource}: 1"
+    if str(resource).startswith(GPU_PREFIXES):
+        fix += " (for a share of a GPU use MIG or time-slicing resources)"
+    return fix
+
+
+def _resource_findings(obj, kind_of_list, container):
+    out = []
+    name = container.get("name")
+    where = f"{kind_of_list[:-1]} {name}"
+    res = container.get("resources") or {}
+    requests = res.get("requests") or {}
+    limits = res.get("limits") or {}
+    for resource in sorted(set(requests) | set(limits)):
+        if not is_extended_resource(resource):
+            continue
+        req, lim = requests.get(resource), limits.get(resource)
+        for label, value in (("request", req), ("limit", lim)):
+            if value is None:
+                continue
+            q = parse_quantity(value)
+            if q is None or q.denominator != 1 or q < 0:
+                out.append(
+                    _finding(
+                        obj,
+                        name,
+                        "extended-resource-integer",
+                        f"{where}: {resource} {label} {value!r} is not a whole number; "
+                        "an extended resource is counted in whole units",
+                        _integer_fix(resource),
+                    )
+                )
+        if req is not None and lim is None:
+            out.append(
+                _finding(
+                    obj,
+                    name,
+                    "extended-resource-requests-equal-limits",
+                    f"{where}: {resource} has a request ({req}) but no limit; extended resources cannot be overcommitted",
+                    f"set resources.limits.{resource}: {req} (or only the limit: the request defaults to it)",
+                )
+            )
+        elif req is not None and parse_quantity(req) != parse_quantity(lim):
+            out.append(
+                _finding(
+                    obj,
+                    name,
+                    "extended-resource-requests-equal-limits",
+                    f"{where}: {resource} request {req} differs from limit {lim}",
+                    f"make them equal (resources.requests.{resource} = resources.limits.{resource}) or drop the request",
+                )
+            )
+    return out
+
+
+def _gpu_amount(spec):
+    total = 0
+    for list_name in ("initContainers", "containers"):
+        for c in spec.get(list_name) or []:
+            res = c.get("resources") or {}
+            for section in ("limits", "requests"):
+                for resource, value in (res.get(section) or {}).items():
+                    if str(resource).startswith(GPU_PREFIXES):
+                        q = parse_quantity(value)
+                        total = max(total, q or 0)
+    return total
+
+
+def dra_claims(spec):
+    """The pod-level resourceClaims (DRA) that a container or init container names in
+    ``resources.claims``, in the pod's order: the pod gets devices through them."""
+    used = set()
+    for list_name in ("initContainers", "containers"):
+        for c in spec.get(list_name) or []:
+            for ref in (c.get("resources") or {}).get("claims") or []:
+                if isinstance(ref, dict) and ref.get("name"):
+                    used.add(ref["name"])
+    return [
+        rc["name"]
+        for rc in spec.get("resourceClaims") or []
+        if isinstance(rc, dict) and rc.get("name") in used
+    ]
+
+
+def lint(
+    manifests,
+    allowed_namespaces=DEFAULT_ALLOWED_NAMESPACES,
+    gpu_taint=None,
+    default_namespace="default",
+    visibility_env=VISIBILITY_ENV,
+    check_env_from=True,
+):
+    """[finding] for every manifest.
+
+    ``gpu_taint``: the fleet's GPU taint (a dict key/value/effect, or True for
+    nvidia.com/gpu=present:NoSchedule) when the fleet taints its GPU nodes; None/False otherwise.
+    """
+    if gpu_taint is True:
+        gpu_taint = dict(GPU_TAINT)
+    if gpu_taint and not (isinstance(gpu_taint, dict) and gpu_taint.get("key") and gpu_taint.get("effect")):
+        raise LintError(f"gpu_taint: expected a taint with key and effect, got {gpu_taint!r}")
+    allowed = set(allowed_namespaces or ())
+    names = tuple(visibility_env or ())
+    findings = []
+    for obj in _objects(manifests):
+        spec = pod_spec(obj)
+        if spec is None:
+            continue
+        ns = (obj.get("metadata") or {}).get("namespace") or default_namespace
+        privileged_ns = ns in allowed
+        for list_name in _CONTAINER_LISTS:
+            for c in spec.get(list_name) or []:
+                findings.extend(_resource_findings(obj, list_name, c))
+                if privileged_ns:
+                    continue
+                for env in c.get("env") or []:
+                    if env.get("name") in names:
+                        findings.append(
+                            _finding(
+                                obj,
+                                c.get("name"),
+                                "visible-devices-env",
+                                f"{list_name[:-1]} {c.get('name')} sets {env['name']} in namespace {ns}: "
+                                "GPU visibility is the device plugin's job, not the pod's",
+                                f"remove {env['name']} and request GPUs as resources (limits.nvidia.com/gpu); "
+                                f"only {', '.join(sorted(allowed)) or 'no namespace'} may set it",
+                            )
+                        )
+                if check_env_from:
+                    for src in c.get("envFrom") or []:
+                        prefix = src.get("prefix") or ""
+                        if not any(n.startswith(prefix) for n in names):
+                            continue
+                        ref = src.get("configMapRef") or src.get("secretRef") or {}
+                        what = "ConfigMap" if src.get("configMapRef") else "Secret"
+                        findings.append(
+                            _finding(
+                                obj,
+                                c.get("name"),
+                                "visible-devices-env-from",
+                                f"{list_name[:-1]} {c.get('name')} takes env from {what} {ref.get('name')}"
+                                f"{' with prefix ' + prefix if prefix else ''}; its keys could set "
+                                f"{' or '.join(n for n in names if n.startswith(prefix))} (the lint cannot see them)",
+                                f"make sure {what} {ref.get('name')} has no such key, or list the variables in env",
+                            )
+                        )
+        if spec.get("runtimeClassName") == "nvidia" and not privileged_ns:
+            findings.append(
+                _finding(
+                    obj,
+                    None,
+                    "runtime-class-nvidia",
+                    f"runtimeClassName nvidia in namespace {ns}: the nvidia runtime class gives GPU access "
+                    "outside the device plugin's allocation",
+                    f"drop runtimeClassName (request nvidia.com/gpu instead); only "
+                    f"{', '.join(sorted(allowed)) or 'no namespace'} may use it",
+                )
+            )
+        claims = dra_claims(spec)
+        if gpu_taint and (_gpu_amount(spec) > 0 or claims):
+            taint = {k: gpu_taint.get(k) for k in ("key", "value", "effect")}
+            if not any(tolerates(t, taint) for t in spec.get("tolerations") or []):
+                value = taint.get("value")
+                tol = f"{{key: {taint['key']}, operator: {'Equal, value: ' + value if value else 'Exists'}, effect: {taint['effect']}}}"
+                how = (
+                    "requests GPUs"
+                    if _gpu_amount(spec) > 0
+                    else f"gets devices through resource claim(s) {', '.join(claims)} (DRA)"
+                )
+                findings.append(
+                    _finding(
+                        obj,
+                        None,
+                        "gpu-taint-toleration",
+                        f"{how} but does not tolerate the fleet's GPU taint "
+                        f"{taint['key']}{'=' + value if value else ''}:{taint['effect']}: it would stay Pending",
+                        f"add to the pod template's tolerations: {tol}",
+                    )
+                )
+    return findings
+
+
+def lint_table(findings):
+    if not findings:
+        return "no findings"
+    rows = [
+        (f["severity"], f["object"], f["container"] or "-", f["rule"], f["message"], f["fix"])
+        for f in findings
+    ]
+    lines = [f"{s.upper():7}  {o}  [{c}]  {r}: {m} -> fix: {x}" for s, o, c, r, m, x in rows]
+    errors = sum(1 for f in findings if f["severity"] == ERROR)
+    lines.append(f"{len(findings)} finding(s): {errors} error(s), {len(findings) - errors} warning(s)")
+    return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+# the admission guard: ValidatingAdmissionPolicy + ValidatingAdmissionPolicyBinding
+
+GUARD_APP = "gpusplit-admission-guard"
+GUARD_LABEL = "gpusplit.io/guard"
+ALLOW_LABEL = "gpusplit.io/allow-visible-devices"
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_KEY = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
+_LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+GUARD_DEFAULTS = {
+    "name": "gpusplit-visible-devices",
+    "forbidden_env": ["NVIDIA_VISIBLE_DEVICES"],
+    "allowed_namespaces": list(DEFAULT_ALLOWED_NAMESPACES),
+    "allow_label": ALLOW_LABEL,
+    "match_labels": {},  # restrict the guard to namespaces carrying these labels (empty: all)
+    "validation_actions": ["Deny"],
+}
+
+
+def guard_settings(settings=None):
+    """Defaults + ``settings``; every value checked (they end up in CEL and selectors)."""
+    settings = dict(settings or {})
+    unknown = sorted(set(settings) - set(GUARD_DEFAULTS))
+    if unknown:
+        raise LintError(
+            f"guard settings: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(GUARD_DEFAULTS)})"
+        )
+    s = {**GUARD_DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
+    problems = []
+    if not isinstance(s["name"], str) or not _DNS_SUBDOMAIN.match(s["name"]) or len(s["name"]) > 63:
+        problems.append(f"name {s['name']!r} is not a DNS subdomain of at most 63 characters")
+    env = s["forbidden_env"]
+    if (
+        not isinstance(env, (list, tuple))
+        or not env
+        or not all(isinstance(e, str) and _ENV_NAME.match(e) for e in env)
+    ):
+        problems.append(f"forbidden_env {env!r} must be a non-empty list of environment variable names")
+    ns = s["allowed_namespaces"]
+    if not isinstance(ns, (list, tuple)) or not all(
+        isinstance(n, str) and _DNS_SUBDOMAIN.match(n) for n in ns
+    ):
+        problems.append(f"allowed_namespaces {ns!r} must be a list of namespace names")
+    if s["allow_label"] and not (isinstance(s["allow_label"], str) and _LABEL_KEY.match(s["allow_label"])):
+        problems.append(f"allow_label {s['allow_label']!r} is not a label key")
+    ml = s["match_labels"]
+    if not isinstance(ml, dict) or not all(
+        isinstance(k, str) and _LABEL_KEY.match(k) and isinstance(v, str) and _LABEL_VALUE.match(v)
+        for k, v in ml.items()
+    ):
+        problems.append(f"match_labels {ml!r} must map label keys to label values")
+    va = s["validation_actions"]
+    if (
+        not isinstance(va, (list, tuple))
+        or not va
+        or not set(va) <= {"Deny", "Warn", "Audit"}
+        or ("Deny" in va and "Warn" in va)
+    ):
+        problems.append(f"validation_actions {va!r}: one or more of Deny, Warn, Audit (not Deny with Warn)")
+    if problems:
+        raise LintError("guard settings: " + "; ".join(problems))
+    s["forbidden_env"] = list(dict.fromkeys(env))
+    s["allowed_namespaces"] = sorted(set(ns))
+    return s
+
+
+def guard_objects(settings=None):
+    """[ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding] for cluster_apply."""
+    s = guard_settings(settings)
+    labels = {
+        render.LABEL_MANAGED_BY: render.MANAGED_BY,
+        render.LABEL_NAME: GUARD_APP,
+        GUARD_LABEL: s["name"],
+    }
+    context = {
+        "name": s["name"],
+        "labels": labels,
+        "forbidden_env": s["forbidden_env"],
+        "allowed_namespaces": s["allowed_namespaces"],
+        "allow_label": s["allow_label"] or "",
+        "match_labels": s["match_labels"],
+        "validation_actions": list(s["validation_actions"]),
+    }
+    return [
+        render.render_template("validatingadmissionpolicy.yaml.j2", **context),
+        render.render_template("validatingadmissionpolicybinding.yaml.j2", **context),
+    ]

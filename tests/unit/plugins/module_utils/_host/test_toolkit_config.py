@@ -1,0 +1,369 @@
+"""Text editing of the nvidia-container-runtime config.toml (plugins/module_utils/_host/toolkit_config.py)
+and the module gpusplit.k8s.nvidia_toolkit_config."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import stat
+import tomllib
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toolkit_config as tc
+from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_toolkit_config
+
+ROOT = Path(__file__).resolve().parents[5]
+FIXTURE = ROOT / "tests" / "fixtures" / "nvidia-container-toolkit" / "config.toml"
+ENVVAR = tc.ENVVAR_WHEN_UNPRIVILEGED
+MOUNTS = tc.AS_VOLUME_MOUNTS
+
+
+def generated() -> str:
+    return FIXTURE.read_text(encoding="utf-8")
+
+
+def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
+    removed, added = [], []
+    for line in difflib.ndiff(before.splitlines(keepends=True), after.splitlines(keepends=True)):
+        if line.startswith("- "):
+            removed.append(line[2:])
+        elif line.startswith("+ "):
+            added.append(line[2:])
+    return removed, added
+
+
+# --------------------------------------------------------------------------------------------
+# the toolkit's generated file
+
+
+def test_fixture_is_the_toolkit_layout():
+    data = tomllib.loads(generated())
+    assert ENVVAR not in data and MOUNTS not in data  # both are commented-out defaults
+    assert data["nvidia-container-runtime"]["modes"]["cdi"]["spec-dirs"] == ["/etc/cdi", "/var/run/cdi"]
+    assert data["nvidia-container-cli"]["ldconfig"] == "@/sbin/ldconfig"
+    assert data["nvidia-ctk"]["path"] == "nvidia-ctk"
+
+
+def test_hardening_uncomments_the_two_defaults_and_nothing_else():
+    before = generated()
+    edit = tc.edit_config(before, tc.HARDENING_SETTINGS, name="config.toml")
+    assert edit["changed"] is True
+    removed, added = changed_lines(before, edit["text"])
+    assert removed == [
+        "#accept-nvidia-visible-devices-as-volume-mounts = false\n",
+        "#accept-nvidia-visible-devices-envvar-when-unprivileged = true\n",
+    ]
+    assert added == [
+        "accept-nvidia-visible-devices-as-volume-mounts = true\n",
+        "accept-nvidia-visible-devices-envvar-when-unprivileged = false\n",
+    ]
+    # same place: line 1 and 2
+    assert edit["text"].splitlines()[:2] == [line.rstrip("\n") for line in added]
+    assert edit["before"] == {ENVVAR: None, MOUNTS: None}
+    assert edit["after"] == {ENVVAR: False, MOUNTS: True}
+    assert {c["action"] for c in edit["changes"]} == {"uncommented"}
+    parsed = tomllib.loads(edit["text"])
+    assert parsed[ENVVAR] is False and parsed[MOUNTS] is True
+
+
+def test_hardening_is_idempotent():
+    once = tc.edit_config(generated(), tc.HARDENING_SETTINGS)["text"]
+    twice = tc.edit_config(once, tc.HARDENING_SETTINGS)
+    assert twice["changed"] is False and twice["text"] == once
+    assert [c["action"] for c in twice["changes"]] == ["unchanged", "unchanged"]
+    assert twice["before"] == {ENVVAR: False, MOUNTS: True}
+
+
+def test_existing_assignment_keeps_spelling_spacing_and_comment():
+    text = (
+        "accept-nvidia-visible-devices-envvar-when-unprivileged   =   true   # the package default\n"
+        "disable-require = false\n"
+    )
+    edit = tc.edit_config(text, {ENVVAR: False})
+    assert edit["text"] == (
+        "accept-nvidia-visible-devices-envvar-when-unprivileged   =   false   # the package default\n"
+        "disable-require = false\n"
+    )
+    assert edit["changes"][0]["action"] == "replaced"
+    assert edit["changes"][0]["before"] is True
+
+
+def test_active_assignment_wins_over_a_commented_one():
+    text = f"#{ENVVAR} = true\n{ENVVAR} = true\n"
+    edit = tc.edit_config(text, {ENVVAR: False})
+    assert edit["text"] == f"#{ENVVAR} = true\n{ENVVAR} = false\n"
+
+
+def test_top_level_key_without_a_comment_goes_before_the_first_table():
+    text = "disable-require = false\n\n[nvidia-container-cli]\nload-kmods = true\n"
+    edit = tc.edit_config(text, {MOUNTS: True})
+    assert edit["text"] == (
+        f"disable-require = false\n{MOUNTS} = true\n\n[nvidia-container-cli]\nload-kmods = true\n"
+    )
+    assert edit["changes"][0]["action"] == "inserted"
+
+
+def test_top_level_key_in_a_file_that_starts_with_a_table():
+    text = "[nvidia-container-cli]\nload-kmods = true\n"
+    edit = tc.edit_config(text, {MOUNTS: True})
+    assert edit["text"] == f"{MOUNTS} = true\n\n[nvidia-container-cli]\nload-kmods = true\n"
+    assert tomllib.loads(edit["text"])["nvidia-container-cli"] == {"load-kmods": True}
+
+
+def test_key_inside_a_table_uncomments_the_default_of_that_table():
+    before = generated()
+    edit = tc.edit_config(before, {"nvidia-container-cli.no-cgroups": True})
+    removed, added = changed_lines(before, edit["text"])
+    assert removed == ["#no-cgroups = false\n"] and added == ["no-cgroups = true\n"]
+    assert tomllib.loads(edit["text"])["nvidia-container-cli"]["no-cgroups"] is True
+
+
+def test_same_commented_key_in_another_table_is_not_touched():
+    # debug is commented out in both [nvidia-container-cli] and [nvidia-container-runtime]
+    before = generated()
+    edit = tc.edit_config(before, {"nvidia-container-runtime.debug": "/var/log/ncr.log"})
+    removed, added = changed_lines(before, edit["text"])
+    assert removed == ['#debug = "/var/log/nvidia-container-runtime.log"\n']
+    assert added == ['debug = "/var/log/ncr.log"\n']
+    data = tomllib.loads(edit["text"])
+    assert "debug" not in data["nvidia-container-cli"]
+
+
+def test_new_key_goes_to_the_end_of_its_table_section():
+    before = generated()
+    edit = tc.edit_config(before, {"nvidia-container-runtime.modes.cdi.annotation-prefixes": ["x/"]})
+    assert edit["changes"][0]["action"] == "replaced"
+    edit = tc.edit_config(before, {"nvidia-container-runtime-hook.extra": 3})
+    lines = edit["text"].splitlines()
+    at = lines.index("extra = 3")
+    assert lines[at - 1] == "skip-mode-detection = false" and lines[at + 1] == ""
+    assert lines[at + 2] == "[nvidia-ctk]"
+
+
+def test_new_table_is_appended():
+    before = generated()
+    edit = tc.edit_config(before, {"features.allow-ldconfig-from-container": False})
+    assert edit["text"].startswith(before)
+    assert edit["text"][len(before) :] == "\n[features]\nallow-ldconfig-from-container = false\n"
+
+
+def test_table_defined_by_dotted_keys_in_its_parent():
+    text = (
+        '[nvidia-container-runtime]\nmodes.cdi.default-kind = "nvidia.com/gpu"\n\n[nvidia-ctk]\npath = "x"\n'
+    )
+    edit = tc.edit_config(text, {"nvidia-container-runtime.modes.cdi.spec-dirs": ["/etc/cdi"]})
+    assert edit["text"] == (
+        '[nvidia-container-runtime]\nmodes.cdi.default-kind = "nvidia.com/gpu"\n'
+        'modes.cdi.spec-dirs = ["/etc/cdi"]\n\n[nvidia-ctk]\npath = "x"\n'
+    )
+    edit = tc.edit_config(text, {"nvidia-container-runtime.modes.cdi.default-kind": "example.com/gpu"})
+    assert 'modes.cdi.default-kind = "example.com/gpu"' in edit["text"]
+
+
+def test_top_level_dotted_assignment_is_found():
+    text = "nvidia-container-cli.no-cgroups = false\n"
+    edit = tc.edit_config(text, {"nvidia-container-cli.no-cgroups": True})
+    assert edit["text"] == "nvidia-container-cli.no-cgroups = true\n"
+
+
+def test_multiline_array_is_replaced_whole():
+    text = '[nvidia-container-runtime]\nruntimes = [\n  "docker-runc",  # old\n  "runc",\n]  # list\nmode = "auto"\n'
+    edit = tc.edit_config(text, {"nvidia-container-runtime.runtimes": ["runc", "crun"]})
+    assert edit["text"] == '[nvidia-container-runtime]\nruntimes = ["runc", "crun"]  # list\nmode = "auto"\n'
+
+
+def test_header_lookalikes_inside_strings_are_not_tables():
+    text = 'note = """\n[nvidia-container-cli]\nno-cgroups = true\n"""\n[nvidia-container-cli]\nload-kmods = true\n'
+    edit = tc.edit_config(text, {"nvidia-container-cli.no-cgroups": False})
+    data = tomllib.loads(edit["text"])
+    assert data["note"] == "[nvidia-container-cli]\nno-cgroups = true\n"
+    assert data["nvidia-container-cli"] == {"load-kmods": True, "no-cgroups": False}
+
+
+def test_hash_inside_a_string_is_not_a_comment():
+    text = 'ldconfig = "@/sbin/ldconfig#real"  # keep\n'
+    edit = tc.edit_config(text, {"ldconfig": "@/sbin/ldconfig.real"})
+    assert edit["text"] == 'ldconfig = "@/sbin/ldconfig.real"  # keep\n'
+
+
+def test_crlf_and_missing_final_newline_are_kept():
+    text = 'disable-require = false\r\n\r\n[nvidia-ctk]\r\npath = "nvidia-ctk"'
+    edit = tc.edit_config(text, {MOUNTS: True, "nvidia-ctk.extra": 1})
+    assert edit["text"] == (
+        f'disable-require = false\r\n{MOUNTS} = true\r\n\r\n[nvidia-ctk]\r\npath = "nvidia-ctk"\r\nextra = 1\r\n'
+    )
+
+
+def test_bool_is_not_int():
+    edit = tc.edit_config("x = 1\n", {"x": True})
+    assert edit["changed"] and edit["text"] == "x = true\n"
+    assert tc.edit_config("x = true\n", {"x": True})["changed"] is False
+
+
+def test_strings_are_escaped():
+    edit = tc.edit_config("", {"a": 'say "hi"\\ \n'})
+    assert tomllib.loads(edit["text"])["a"] == 'say "hi"\\ \n'
+
+
+def test_empty_file_gets_the_keys():
+    text = tc.render_new(tc.HARDENING_SETTINGS)
+    assert tomllib.loads(text) == {ENVVAR: False, MOUNTS: True}
+
+
+@pytest.mark.parametrize(
+    "text, needle",
+    [
+        ("disable-require = \n", "config.toml is not valid TOML"),
+        ("[a]\nx = 1\n[a]\ny = 2\n", "config.toml is not valid TOML"),
+    ],
+)
+def test_broken_file_is_refused(text, needle):
+    with pytest.raises(tc.TomlEditError, match=needle):
+        tc.edit_config(text, tc.HARDENING_SETTINGS, name="config.toml")
+
+
+@pytest.mark.parametrize(
+    "settings, needle",
+    [
+        ({}, "non-empty mapping"),
+        ({"a b": True}, "not a bare TOML key"),
+        ({"a..b": True}, "not a bare TOML key"),
+        ({"a": {"b": 1}}, "is not a bool, number, string or list"),
+        ({"a": None}, "is not a bool, number, string or list"),
+        ({"disable-require.x": True}, "disable-require is a value, not a table"),
+        ({"nvidia-container-cli": True}, "is a table, not a value"),
+    ],
+)
+def test_bad_settings_are_refused(settings, needle):
+    with pytest.raises(tc.TomlEditError, match=needle):
+        tc.edit_config(generated(), settings)
+
+
+def test_array_of_tables_is_refused():
+    text = '[[runtimes]]\nname = "runc"\n'
+    with pytest.raises(tc.TomlEditError):
+        tc.edit_config(text, {"runtimes.path": "/x"})
+
+
+# --------------------------------------------------------------------------------------------
+# the module
+
+
+def run_module(args, capsys):
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        nvidia_toolkit_config.main()
+    return exc.value.code, json.loads(capsys.readouterr().out)
+
+
+@pytest.fixture
+def config(tmp_path):
+    path = tmp_path / "etc" / "nvidia-container-runtime" / "config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text(generated(), encoding="utf-8")
+    path.chmod(0o640)
+    return path
+
+
+def backups(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(path.name + ".gpusplit-*.bak"))
+
+
+def test_module_missing_file_says_the_toolkit_is_not_installed(tmp_path, capsys):
+    path = tmp_path / "config.toml"
+    rc, out = run_module({"path": str(path)}, capsys)
+    assert rc == 1 and out["failed"] is True
+    assert out["msg"] == f"nvidia-container-toolkit is not installed on this host: {path} not found"
+    assert not path.exists()
+
+
+def test_module_create(tmp_path, capsys):
+    path = tmp_path / "new" / "config.toml"
+    rc, out = run_module({"path": str(path), "create": True}, capsys)
+    assert rc == 0 and out["changed"] is True and out["created"] is True
+    assert tomllib.loads(path.read_text()) == {ENVVAR: False, MOUNTS: True}
+    assert stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert "backup_file" not in out
+
+
+def test_module_check_mode_changes_nothing(config, capsys):
+    before = config.read_text()
+    rc, out = run_module({"path": str(config), "_ansible_check_mode": True, "_ansible_diff": True}, capsys)
+    assert rc == 0 and out["changed"] is True
+    assert config.read_text() == before and backups(config) == []
+    assert out["diff"]["before"] == before
+    assert f"{ENVVAR} = false" in out["diff"]["after"]
+
+
+def test_module_writes_with_backup_keeps_mode_and_is_idempotent(config, capsys):
+    before = config.read_text()
+    rc, out = run_module({"path": str(config)}, capsys)
+    assert rc == 0 and out["changed"] is True
+    assert out["after"] == {ENVVAR: False, MOUNTS: True}
+    (backup,) = backups(config)
+    assert out["backup_file"] == str(backup) and backup.read_text() == before
+    assert stat.S_IMODE(config.stat().st_mode) == 0o640
+    after = config.read_text()
+    assert tomllib.loads(after)[ENVVAR] is False
+    assert [p.name for p in config.parent.iterdir() if p.name.startswith(".")] == []
+
+    rc, out = run_module({"path": str(config)}, capsys)
+    assert rc == 0 and out["changed"] is False and "backup_file" not in out
+    assert config.read_text() == after and len(backups(config)) == 1
+
+
+def test_module_without_backup(config, capsys):
+    rc, out = run_module({"path": str(config), "backup": False}, capsys)
+    assert rc == 0 and out["changed"] is True and "backup_file" not in out
+    assert backups(config) == []
+
+
+def test_module_extra_table_setting(config, capsys):
+    settings = {ENVVAR: False, MOUNTS: True, "nvidia-container-cli.no-cgroups": True}
+    rc, out = run_module({"path": str(config), "settings": settings}, capsys)
+    assert rc == 0 and out["changed"] is True
+    assert tomllib.loads(config.read_text())["nvidia-container-cli"]["no-cgroups"] is True
+
+
+def test_module_refuses_a_broken_file(config, capsys):
+    config.write_text(generated() + '\n[nvidia-ctk]\npath = "again"\n')
+    before = config.read_text()
+    rc, out = run_module({"path": str(config)}, capsys)
+    assert rc == 1 and out["failed"] is True
+    assert out["msg"].startswith(f"refusing to edit {config}: {config} is not valid TOML: ")
+    assert config.read_text() == before and backups(config) == []
+
+
+def test_module_refuses_a_directory(tmp_path, capsys):
+    rc, out = run_module({"path": str(tmp_path)}, capsys)
+    assert rc == 1 and "is not a regular file" in out["msg"]
+
+
+def test_backup_name_never_overwrites(tmp_path):
+    path = str(tmp_path / "config.toml")
+    first = nvidia_toolkit_config.backup_name(path, now=0)
+    assert first == path + ".gpusplit-19700101T000000Z.bak"
+    Path(first).write_text("x")
+    assert nvidia_toolkit_config.backup_name(path, now=0) == path + ".gpusplit-19700101T000000Z.1.bak"
+
+
+def test_module_symlinked_config_is_edited_in_place(config, tmp_path, capsys):
+    link = tmp_path / "link.toml"
+    os.symlink(config, link)
+    rc, out = run_module({"path": str(link)}, capsys)
+    assert rc == 0 and out["changed"] is True
+    assert link.is_symlink() and tomllib.loads(config.read_text())[MOUNTS] is True
+
+
+def test_module_documentation_matches_its_arguments():
+    import yaml
+
+    doc = yaml.safe_load(nvidia_toolkit_config.DOCUMENTATION)
+    yaml.safe_load(nvidia_toolkit_config.EXAMPLES)
+    yaml.safe_load(nvidia_toolkit_config.RETURN)
+    assert set(doc["options"]) == {"path", "settings", "backup", "create", "state"}
+    assert doc["options"]["path"]["default"] == tc.DEFAULT_PATH
+    assert doc["options"]["settings"]["default"] == tc.HARDENING_SETTINGS

@@ -1,0 +1,123 @@
+"""plugins/module_utils/_k8s/helm.py: the helm commands, the parsing of helm's JSON and the install/upgrade decision."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import helm as H
+
+ROW = {
+    "name": "dra",
+    "namespace": "dra-ns",
+    "revision": "2",
+    "status": "deployed",
+    "chart": "dra-driver-nvidia-gpu-0.4.1",
+    "app_version": "v0.4.1",
+}
+OCI = "oci://registry.k8s.io/dra-driver-nvidia/charts/dra-driver-nvidia-gpu"
+
+
+def test_commands_use_only_flags_helm_3_and_4_share():
+    listed = H.list_command("helm", "dra", "dra-ns", kubeconfig="/k", context="lab")
+    assert listed == [
+        "helm", "list", "-n", "dra-ns", "--filter", "^dra$", "-o", "json", "--kubeconfig", "/k", "--kube-context", "lab"
+    ]  # fmt: skip
+    assert "--all" not in listed  # removed in helm 4
+    assert H.values_command("helm", "dra", "dra-ns") == [
+        "helm",
+        "get",
+        "values",
+        "dra",
+        "-n",
+        "dra-ns",
+        "-o",
+        "json",
+    ]
+    oci = H.upgrade_command(
+        "helm",
+        "dra",
+        "dra-ns",
+        OCI,
+        "0.4.1",
+        "/v.yaml",
+        repo_url="https://ignored",
+        wait=True,
+        timeout="10m0s",
+    )
+    assert oci == [
+        "helm", "upgrade", "--install", "dra", OCI, "--version", "0.4.1", "-n", "dra-ns",
+        "--create-namespace", "--reset-values", "-f", "/v.yaml", "--wait", "--timeout", "10m0s",
+    ]  # fmt: skip
+    classic = H.upgrade_command(
+        "helm",
+        "op",
+        "gpu-operator",
+        "gpu-operator",
+        "v25.10.0",
+        "/v.yaml",
+        repo_url="https://helm.ngc.nvidia.com/nvidia",
+        create_namespace=False,
+    )
+    assert classic[classic.index("--repo") + 1] == "https://helm.ngc.nvidia.com/nvidia"
+    assert "--create-namespace" not in classic and "--wait" not in classic
+
+
+def test_durations():
+    assert H.duration("10m0s") == "10m0s" and H.duration(600) == "600s" and H.duration("90") == "90s"
+    for bad in ("ten minutes", "", "-5s", True, 0):
+        with pytest.raises(H.HelmError, match="not a duration"):
+            H.duration(bad)
+
+
+def test_requests_helm_would_refuse_are_refused_first():
+    H.check_request("dra", "dra-ns", OCI, "0.4.1", "10m0s")
+    with pytest.raises(H.HelmError) as caught:
+        H.check_request("Bad_Name", "ns", OCI, "", "soon")
+    text = str(caught.value)
+    assert "release name 'Bad_Name'" in text and "chart_version is empty" in text and "'soon'" in text
+    with pytest.raises(H.HelmError, match="53"):
+        H.check_request("a" * 54, "ns", OCI, "1")
+
+
+def test_parse_list_and_values():
+    assert (
+        H.parse_list('[{"name": "other"}, {"name": "dra", "status": "deployed"}]', "dra")["status"]
+        == "deployed"
+    )
+    assert H.parse_list("[]", "dra") is None
+    with pytest.raises(H.HelmError, match="not JSON"):
+        H.parse_list("Error: Kubernetes cluster unreachable", "dra")
+    assert H.parse_values("null") == {}
+    assert H.parse_values('{"a": {"b": 1}}') == {"a": {"b": 1}}
+
+
+@pytest.mark.parametrize(
+    ("row", "live", "values", "action", "reason"),
+    [
+        (None, {}, {"a": 1}, "install", "not installed"),
+        (ROW, {"a": 1}, {"a": 1}, "none", None),
+        (
+            {**ROW, "chart": "dra-driver-nvidia-gpu-0.4.0"},
+            {"a": 1},
+            {"a": 1},
+            "upgrade",
+            "0.4.0 is installed",
+        ),
+        ({**ROW, "status": "failed"}, {"a": 1}, {"a": 1}, "upgrade", "failed, not deployed"),
+        (ROW, {"a": 1}, {"a": 2}, "upgrade", "values differ"),
+        (ROW, {"a": {"b": True}}, {"a": {"b": True}}, "none", None),
+    ],
+)
+def test_decide(row, live, values, action, reason):
+    decision = H.decide(row, live, OCI, "0.4.1", values)
+    assert decision["action"] == action
+    if reason:
+        assert any(reason in r for r in decision["reasons"]), decision
+    else:
+        assert decision["reasons"] == []
+
+
+def test_the_chart_name_of_a_reference():
+    assert H.chart_name_of(OCI) == "dra-driver-nvidia-gpu"
+    assert H.chart_name_of("nvidia-dra-driver-gpu") == "nvidia-dra-driver-gpu"
+    assert H.is_oci(OCI) and not H.is_oci("gpu-operator")

@@ -1,0 +1,186 @@
+"""Verification verdicts from plain data (the lab proves them end to end in test_split_lab.py)."""
+
+from __future__ import annotations
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
+
+UUIDS = [f"GPU-0000000{i}-1111-2222-3333-444444444444" for i in range(4)]
+
+
+def facts(processes=None):
+    out = []
+    for i, uuid in enumerate(UUIDS):
+        out.append(
+            {
+                "uuid": uuid,
+                "index": i,
+                "minor_number": i,
+                "pci_bus_id": f"00000000:{0x18 + i:02X}:00.0",
+                "name": "NVIDIA H100 80GB HBM3",
+                "memory_total_mib": 81559,
+                "mig_mode": {"current": "disabled", "pending": "disabled"},
+                "mig_devices": [],
+                "health": {"status": "ok", "reasons": []},
+                "processes": (processes or {}).get(i, []),
+            }
+        )
+    return out
+
+
+def plan(mode="device_plugin", split=None):
+    return plan_fleet({"n1": {"facts": facts(), "mode": mode, "split": split or {"host_count": 1}}})
+
+
+def node(allocatable):
+    return {"metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": str(allocatable)}}}
+
+
+def plugin_pod(
+    name, ours=True, image="nvcr.io/nvidia/k8s-device-plugin:v0.20.0", container="nvidia-device-plugin-ctr"
+):
+    labels = {"app.kubernetes.io/name": "gpusplit-device-plugin"} if ours else {}
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"nodeName": "n1", "containers": [{"name": container, "image": image}]},
+        "status": {"phase": "Running"},
+    }
+
+
+def test_ok_when_allocatable_equals_the_share_and_the_plugin_runs():
+    report = verify.verify_fleet(plan(), [node(3)], [plugin_pod("dp")], {"n1": facts()})
+    assert report["nodes"][0]["verdict"] == verify.OK and report["ok"]
+
+
+def test_more_advertised_than_planned_fails():
+    entry = verify.verify_fleet(plan(), [node(4)], [plugin_pod("dp")], {})["nodes"][0]
+    assert entry["verdict"] == verify.FAIL
+    assert "advertises 4 nvidia.com/gpu but the Kubernetes share is 3" in entry["reasons"][0]
+
+
+def test_fewer_advertised_or_no_plugin_is_drift():
+    entry = verify.verify_fleet(plan(), [node(2)], [], {})["nodes"][0]
+    assert entry["verdict"] == verify.DRIFT
+    assert any("fewer than the planned 3" in r for r in entry["reasons"])
+    assert any("split device-plugin pod is not running" in r for r in entry["reasons"])
+
+
+def test_missing_node_fails():
+    entry = verify.verify_fleet(plan(), [], [], {})["nodes"][0]
+    assert entry["verdict"] == verify.FAIL and "not registered" in entry["reasons"][0]
+
+
+def test_two_plugins_fail_but_gpu_feature_discovery_is_no_plugin():
+    gfd = plugin_pod("gfd", ours=False, container="gpu-feature-discovery")
+    assert (
+        verify.verify_fleet(plan(), [node(3)], [plugin_pod("dp"), gfd], {})["nodes"][0]["verdict"]
+        == verify.OK
+    )
+    stock = plugin_pod("stock", ours=False)
+    entry = verify.verify_fleet(plan(), [node(3)], [plugin_pod("dp"), stock], {})["nodes"][0]
+    assert entry["verdict"] == verify.FAIL and "2 device plugins run on the node" in entry["reasons"][0]
+
+
+def test_processes_on_the_wrong_share_fail():
+    host_proc = {"pid": 11, "name": "python", "used_memory_mib": 10, "in_container": False}
+    pod_proc = {"pid": 12, "name": "python", "used_memory_mib": 10, "in_container": True}
+    # GPU 0 is the host's (host_count 1), GPUs 1-3 Kubernetes'
+    gpus = facts({0: [pod_proc], 1: [host_proc]})
+    entry = verify.verify_fleet(plan(), [node(3)], [plugin_pod("dp")], {"n1": gpus})["nodes"][0]
+    assert entry["verdict"] == verify.FAIL
+    assert f"host process pid 11 (python) runs on Kubernetes GPU {UUIDS[1]}" in entry["reasons"]
+    assert f"container process pid 12 (python) runs on host GPU {UUIDS[0]}" in entry["reasons"]
+
+
+def test_mode_none_skips_process_checks_and_expects_nothing_advertised():
+    gpus = facts({0: [{"pid": 12, "name": "x", "in_container": True}]})
+    entry = verify.verify_fleet(plan("none", {}), [node(0)], [], {"n1": gpus})["nodes"][0]
+    assert entry["verdict"] == verify.OK
+    entry = verify.verify_fleet(plan("none", {}), [node(0)], [plugin_pod("stock", ours=False)], {})["nodes"][
+        0
+    ]
+    assert (
+        entry["verdict"] == verify.FAIL and "device plugin runs on a node in mode none" in entry["reasons"][0]
+    )
+
+
+def test_table_counts_verdicts():
+    report = verify.verify_fleet(plan(), [node(4)], [plugin_pod("dp")], {})
+    assert report["counts"] == {"OK": 0, "DRIFT": 0, "FAIL": 1}
+    assert "1 node(s): 0 OK, 0 DRIFT, 1 FAIL" in verify.report_table(report)
+
+
+def test_more_advertised_while_the_split_plugin_rolls_out_is_drift():
+    old = plugin_pod("dp-old")
+    old["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(UUIDS)}]
+    entry = verify.verify_fleet(plan(), [node(4)], [old], {})["nodes"][0]
+    assert entry["verdict"] == verify.DRIFT and "rolling out" in entry["reasons"][0]
+    new = plugin_pod("dp-new")
+    new["spec"]["containers"][0]["env"] = [{"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(UUIDS[1:])}]
+    assert verify.verify_fleet(plan(), [node(4)], [new], {})["nodes"][0]["verdict"] == verify.FAIL
+
+
+def mig_plan():
+    """GPU 0 of an A100 host with MIG on (two 1g.10gb, one 3g.40gb) plus GPU 1 whole, mixed strategy."""
+    gpus = facts()[:2]
+    gpus[0]["mig_mode"] = {"current": "enabled", "pending": "enabled"}
+    gpus[0]["mig_devices"] = [
+        {"uuid": f"MIG-aaaaaaaa-0000-4000-8000-00000000000{i}", "profile": p, "gpu_instance_id": i}
+        for i, p in enumerate(("1g.10gb", "1g.10gb", "3g.40gb"))
+    ]
+    entry = {"facts": gpus, "mode": "device_plugin", "split": {"host_count": 0}, "mig_strategy": "mixed"}
+    return plan_fleet({"n1": entry})
+
+
+def mig_node(**allocatable):
+    return {
+        "metadata": {"name": "n1"},
+        "status": {"allocatable": {k: str(v) for k, v in allocatable.items()}},
+    }
+
+
+def test_mixed_mig_every_resource_is_compared():
+    p = mig_plan()
+    assert p["nodes"]["n1"]["resources"] == {
+        "nvidia.com/gpu": 1,
+        "nvidia.com/mig-1g.10gb": 2,
+        "nvidia.com/mig-3g.40gb": 1,
+    }
+    right = mig_node(**{"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-3g.40gb": 1})
+    entry = verify.verify_fleet(p, [right], [plugin_pod("dp")], {})["nodes"][0]
+    assert entry["verdict"] == verify.OK, entry
+    assert entry["resources"] == entry["expected_resources"]
+    assert "mig-1g.10gb 2/2" in verify.report_table(
+        {"nodes": [entry], "counts": {"OK": 1, "DRIFT": 0, "FAIL": 0}}
+    )
+
+
+def test_mixed_mig_a_profile_advertised_beyond_the_plan_fails():
+    # nvidia.com/gpu is right; a MIG profile has one device more than planned
+    extra = mig_node(**{"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 3, "nvidia.com/mig-3g.40gb": 1})
+    entry = verify.verify_fleet(mig_plan(), [extra], [plugin_pod("dp")], {})["nodes"][0]
+    assert entry["verdict"] == verify.FAIL
+    assert entry["reasons"] == [
+        "node advertises 3 nvidia.com/mig-1g.10gb but the Kubernetes share is 2: pods can be given host "
+        "GPUs (is a privileged or unsplit device plugin running there?)"
+    ]
+
+
+def test_a_mig_resource_the_plan_does_not_have_fails_and_a_missing_one_drifts():
+    stray = mig_node(**{"nvidia.com/gpu": 1, "nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb": 1})
+    entry = verify.verify_fleet(mig_plan(), [stray], [plugin_pod("dp")], {})["nodes"][0]
+    assert entry["verdict"] == verify.FAIL
+    assert any(
+        "advertises 1 nvidia.com/mig-2g.20gb but the Kubernetes share is 0" in r for r in entry["reasons"]
+    )
+    assert "node advertises 0 nvidia.com/mig-3g.40gb, fewer than the planned 1" in entry["reasons"]
+
+
+def test_whole_gpu_plan_fails_on_any_advertised_mig_resource():
+    leaked = {
+        "metadata": {"name": "n1"},
+        "status": {"allocatable": {"nvidia.com/gpu": "3", "nvidia.com/mig-1g.10gb": "7"}},
+    }
+    entry = verify.verify_fleet(plan(), [leaked], [plugin_pod("dp")], {})["nodes"][0]
+    assert entry["verdict"] == verify.FAIL
+    assert entry["expected_resources"] == {"nvidia.com/gpu": 3}

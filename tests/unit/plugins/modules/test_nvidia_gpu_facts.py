@@ -1,0 +1,292 @@
+"""nvidia_gpu_facts run the way Ansible runs it: ansible-doc, an ad-hoc `ansible` call and the
+discover playbook with its role, the fake NVML binding and nvidia-smi reached through the environment."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+import yaml
+
+from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts
+
+ROOT = Path(__file__).resolve().parents[4]
+BIN = Path(sys.executable).parent
+FIXTURES = ROOT / "tests" / "fixtures" / "gpus"
+PROC = ROOT / "tests" / "fixtures" / "proc"
+FAKES = ROOT / "tests" / "fakes"
+
+
+def ansible_env(**extra):
+    env = dict(os.environ)
+    env.update(
+        {
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",
+            "ANSIBLE_NOCOLOR": "1",
+        }
+    )
+    env.update(extra)
+    return env
+
+
+def run(argv, env, timeout=240):
+    done = subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout, check=False
+    )
+    return done.returncode, done.stdout + done.stderr
+
+
+def adhoc(module_args, env):
+    argv = [
+        str(BIN / "ansible"),
+        "localhost",
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        "-e",
+        f"ansible_python_interpreter={sys.executable}",
+        "-m",
+        "gpusplit.k8s.nvidia_gpu_facts",
+        "-a",
+        module_args,
+    ]
+    rc, output = run(argv, env)
+    start = output.find("=> {")
+    assert start >= 0, output
+    result = json.JSONDecoder().raw_decode(output[start + 3 :])[0]
+    return rc, result, output
+
+
+def test_gpu_ansible_doc_renders():
+    for argv, needles in (
+        (["gpusplit.k8s.nvidia_gpu_facts"], ["nvidia_gpu_facts", "backend", "RETURN VALUES", "nvidia_gpus"]),
+        (["-t", "filter", "gpusplit.k8s.gpu_table"], ["gpu_table"]),
+        (["-t", "role", "gpusplit.k8s.gpu_discovery"], ["gpusplit_discovery_environment"]),
+    ):
+        rc, output = run([str(BIN / "ansible-doc"), *argv], ansible_env())
+        assert rc == 0, output
+        for needle in needles:
+            assert needle in output, (argv, needle)
+
+
+def test_gpu_ansible_doc_renders_examples():
+    """EXAMPLES is shown, between the options and RETURN VALUES, with every example task."""
+    rc, output = run([str(BIN / "ansible-doc"), "gpusplit.k8s.nvidia_gpu_facts"], ansible_env())
+    assert rc == 0, output
+    assert "EXAMPLES:" in output and "RETURN VALUES:" in output
+    examples = output[output.index("EXAMPLES:") : output.index("RETURN VALUES:")]
+    tasks = yaml.safe_load(nvidia_gpu_facts.EXAMPLES)
+    assert len(tasks) >= 2
+    for task in tasks:
+        assert f"- name: {task['name']}" in examples, task["name"]
+    assert "backend: nvidia-smi" in examples
+
+
+@pytest.mark.parametrize("backend", ["nvml", "nvidia-smi"])
+def test_gpu_adhoc_module_run(backend):
+    env = ansible_env(
+        PYTHONPATH=str(FAKES),
+        PATH=f"{FAKES / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        GPUSPLIT_FAKE_NVML_FIXTURE=str(FIXTURES / "dgx-h100.json"),
+    )
+    rc, result, output = adhoc(f"backend={backend} proc_root={PROC}", env)
+    assert rc == 0, output
+    facts = result["ansible_facts"]
+    assert facts["nvidia_gpu_backend"] == backend
+    assert len(facts["nvidia_gpus"]) == 8
+    assert facts["nvidia_gpus"][4]["processes"][0]["in_container"] is True
+    assert result["changed"] is False
+
+
+def test_gpu_adhoc_no_driver_required_fails():
+    env = ansible_env(
+        PYTHONPATH=str(FAKES),
+        PATH=f"{FAKES / 'bin'}{os.pathsep}{os.environ['PATH']}",
+        GPUSPLIT_FAKE_NVML_FIXTURE=str(FIXTURES / "nodriver.json"),
+    )
+    rc, result, output = adhoc("required=true", env)
+    assert rc != 0
+    assert result["msg"].startswith("No NVIDIA driver on this host: NVML: nvmlInit failed: Driver Not Loaded")
+    assert "couldn't communicate with the NVIDIA driver" in result["msg"]
+
+
+def test_gpu_discover_playbook(tmp_path):
+    out = tmp_path / "out"
+    extra = {
+        "gpusplit_hosts": "localhost",
+        "gpusplit_out_dir": str(out),
+        "ansible_python_interpreter": sys.executable,
+        "gpusplit_discovery_environment": {
+            "PYTHONPATH": str(FAKES),
+            "GPUSPLIT_FAKE_NVML_FIXTURE": str(FIXTURES / "a100-mig.json"),
+        },
+        "gpusplit_discovery_proc_root": str(PROC),
+    }
+    (tmp_path / "vars.json").write_text(json.dumps(extra))
+    argv = [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        "localhost,",
+        "-c",
+        "local",
+        str(ROOT / "playbooks" / "discover.yml"),
+        "-e",
+        f"@{tmp_path / 'vars.json'}",
+    ]
+    env = ansible_env(ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
+    rc, output = run(argv, env)
+    assert rc == 0, output
+    report = json.loads((out / "gpus.json").read_text())
+    assert list(report) == ["localhost"]
+    host = report["localhost"]
+    assert (host["backend"], host["driver_version"], host["cuda_version"]) == ("nvml", "570.172.08", "12.8")
+    assert [gpu["pci_bus_id"] for gpu in host["gpus"]][0] == "00000000:07:00.0"
+    assert "on 3x1g.10gb,1x3g.40gb" in output and "GPU-9ac6c221-b7d0-5977-3f67-437835bad8c1" in output
+    assert "changed=2" in output
+
+    # Idempotent: the second run changes nothing; check mode neither.
+    rc, output = run(argv, env)
+    assert rc == 0 and "changed=0" in output, output
+    rc, output = run([*argv, "--check"], env)
+    assert rc == 0 and "changed=0" in output, output
+
+
+def test_gpu_discover_lab_inventory(tmp_path):
+    """discover.yml on the lab inventory: every lab GPU host is read through the fake NVML with its own
+    fixture, and out/gpus.json holds them all."""
+    env = ansible_env()
+    rc, output = run([str(BIN / "ansible-inventory"), "-i", "inventory/lab", "--list"], env)
+    assert rc == 0, output
+    inventory = json.loads(output[output.index("{") :])
+    hosts = inventory["gpu_nodes"]["hosts"]
+    assert len(hosts) >= 4
+    fixtures = {
+        host: json.loads(
+            (FIXTURES / f"{inventory['_meta']['hostvars'][host]['gpusplit_lab_fixture']}.json").read_text()
+        )
+        for host in hosts
+    }
+    out = tmp_path / "out"
+    argv = [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        "inventory/lab",
+        "playbooks/discover.yml",
+        "-e",
+        f"gpusplit_out_dir={out}",
+    ]
+    rc, output = run(argv, ansible_env(ANSIBLE_CALLBACK_RESULT_FORMAT="yaml"))
+    assert rc == 0, output
+    report = json.loads((out / "gpus.json").read_text())
+    assert sorted(report) == sorted(hosts)
+    for host, data in fixtures.items():
+        got = report[host]
+        assert got["backend"] == "nvml", (host, got["msg"])
+        assert got["driver_version"] == data["driver_version"], host
+        assert len(got["gpus"]) == len(data["gpus"]), host
+        assert sorted(gpu["uuid"] for gpu in got["gpus"]) == sorted(gpu["uuid"] for gpu in data["gpus"]), host
+        assert got["msg"].startswith(f"{len(data['gpus'])} NVIDIA GPU(s) through NVML"), host
+        for gpu in data["gpus"]:
+            assert re.search(rf"{re.escape(host)}\s+{gpu['index']}\s+.*{gpu['uuid']}", output), (
+                host,
+                gpu["uuid"],
+            )
+    assert "using nvidia-smi instead" not in output
+    lost = report["lab-hgx-lost-01"]["gpus"]
+    assert [gpu["health"]["status"] for gpu in lost].count("lost") == 1
+
+
+def _pinned_binding_version():
+    pins = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    (pin,) = [dep for dep in pins if dep.startswith("nvidia-ml-py==")]
+    return pin.split("==", 1)[1]
+
+
+def test_gpu_discovery_role_installs_the_binding(tmp_path):
+    """gpusplit_install_nvml_binding: true pip-installs the pinned nvidia-ml-py (from the package index)
+    into the Python that runs the modules; a Python without pip stops the role with what to do."""
+    version = _pinned_binding_version()
+    defaults = yaml.safe_load((ROOT / "roles" / "gpu_discovery" / "defaults" / "main.yml").read_text())
+    assert defaults["gpusplit_nvml_binding_version"] == version
+    with_pip, without_pip = tmp_path / "with-pip", tmp_path / "without-pip"
+    for venv, flags in ((with_pip, []), (without_pip, ["--without-pip"])):
+        done = subprocess.run(
+            [sys.executable, "-m", "venv", *flags, str(venv)], capture_output=True, text=True, check=False
+        )
+        assert done.returncode == 0, done.stderr
+    python = with_pip / "bin" / "python"
+    probe = [str(python), "-c", "import importlib.metadata as m, pynvml; print(m.version('nvidia-ml-py'))"]
+    assert subprocess.run(probe, capture_output=True, check=False).returncode != 0  # not there yet
+
+    inventory = {
+        "all": {
+            "hosts": {
+                "with-pip": {"ansible_python_interpreter": str(python)},
+                "without-pip": {"ansible_python_interpreter": str(without_pip / "bin" / "python")},
+            },
+            "vars": {"ansible_connection": "local"},
+        }
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (tmp_path / "play.yml").write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "Discovery with the NVML binding installed",
+                    "hosts": "all",
+                    "gather_facts": False,
+                    "roles": [{"role": "gpusplit.k8s.gpu_discovery"}],
+                    "tasks": [
+                        {
+                            "name": "Keep what the module said",
+                            "ansible.builtin.copy": {
+                                "content": "{{ {'report': gpu_discovery_report, "
+                                "'warnings': gpu_discovery_result.warnings | default([])} | to_json }}",
+                                "dest": f"{reports}/{{{{ inventory_hostname }}}}.json",
+                                "mode": "0644",
+                            },
+                            "delegate_to": "localhost",
+                        }
+                    ],
+                }
+            ]
+        )
+    )
+    argv = [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        str(tmp_path / "hosts.yml"),
+        str(tmp_path / "play.yml"),
+        "-e",
+        "gpusplit_install_nvml_binding=true",
+        "-e",
+        "gpusplit_discovery_nvidia_smi_path=",
+    ]
+    # no stand-in nvidia-smi and no fake binding: what the module sees is the real, freshly installed one
+    env = ansible_env(ANSIBLE_CALLBACK_RESULT_FORMAT="yaml", PATH=os.defpath, PYTHONPATH="")
+    rc, output = run(argv, env)
+    assert rc != 0, output  # the host without pip fails
+    assert re.search(r"with-pip\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", output), output
+    install = output[output.index("Install the NVML Python binding") :]
+    install = install[: install.index("TASK [")]
+    assert "changed: [with-pip]" in install and "ok: [without-pip]" in install, install
+    assert re.search(r"without-pip\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", output), output
+    assert f"pip could not install nvidia-ml-py=={version}" in output
+    assert "No module named pip" in output and "Install pip for that Python" in output
+
+    done = subprocess.run(probe, capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and done.stdout.strip() == version, done.stderr
+    kept = json.loads((reports / "with-pip.json").read_text())
+    warnings = " ".join(kept["warnings"])
+    assert "not importable" not in warnings
+    # the module imported the binding: NVML was read, or (no driver here) nvmlInit is what failed
+    assert kept["report"]["backend"] == "nvml" or "nvmlInit failed" in kept["report"]["msg"] + warnings
+    assert not (reports / "without-pip.json").exists()

@@ -1,0 +1,421 @@
+"""Workload lint (pure, over manifests) and the admission guard's rendered objects."""
+
+from __future__ import annotations
+
+import copy
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from ansible_collections.gpusplit.k8s.plugins.filter import workload_lint as lint_filter
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_lint as wl
+
+K8S = "1.37"
+GPU_TOL = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def container(name="main", limits=None, requests=None, env=None, env_from=None):
+    c = {"name": name, "image": "registry.example/train:1"}
+    res = {}
+    if limits is not None:
+        res["limits"] = limits
+    if requests is not None:
+        res["requests"] = requests
+    if res:
+        c["resources"] = res
+    if env:
+        c["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    if env_from:
+        c["envFrom"] = env_from
+    return c
+
+
+def pod_spec(*containers, tolerations=None, runtime_class=None, init=None, ephemeral=None):
+    spec = {"containers": list(containers)}
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if runtime_class:
+        spec["runtimeClassName"] = runtime_class
+    if init:
+        spec["initContainers"] = init
+    if ephemeral:
+        spec["ephemeralContainers"] = ephemeral
+    return spec
+
+
+def wrap(kind, spec, name="w", ns="team-a"):
+    meta = {"name": name, "namespace": ns}
+    template = {"metadata": {"labels": {"app": name}}, "spec": spec}
+    if kind == "Pod":
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    if kind == "CronJob":
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "CronJob",
+            "metadata": meta,
+            "spec": {"schedule": "0 * * * *", "jobTemplate": {"spec": {"template": template}}},
+        }
+    api = "batch/v1" if kind == "Job" else "apps/v1"
+    body = {"template": template}
+    if kind != "Job":
+        body["selector"] = {"matchLabels": {"app": name}}
+    return {"apiVersion": api, "kind": kind, "metadata": meta, "spec": body}
+
+
+def rules(findings):
+    return sorted((f["rule"], f["container"]) for f in findings)
+
+
+KINDS = ["Pod", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_clean_gpu_workload_of_every_kind(kind):
+    obj = wrap(kind, pod_spec(container(limits={"nvidia.com/gpu": 2}), tolerations=[GPU_TOL]))
+    kubernetes_validate.validate(obj, K8S, strict=True)  # the fixtures are real objects
+    assert wl.lint([obj], gpu_taint=True) == []
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_rule_fires_in_every_kind(kind):
+    spec = pod_spec(
+        container("a", requests={"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "2"}),
+        container("b", limits={"nvidia.com/gpu": "0.5"}, env={"NVIDIA_VISIBLE_DEVICES": "all"}),
+        runtime_class="nvidia",
+    )
+    obj = wrap(kind, spec)
+    findings = wl.lint([obj], gpu_taint=True)
+    assert rules(findings) == [
+        ("extended-resource-integer", "b"),
+        ("extended-resource-requests-equal-limits", "a"),
+        ("gpu-taint-toleration", None),
+        ("runtime-class-nvidia", None),
+        ("visible-devices-env", "b"),
+    ]
+    for f in findings:
+        assert f["object"] == f"{kind}/team-a/w"
+        assert f["message"] and f["fix"]
+        assert f["severity"] == "error"
+
+
+def test_requests_equal_limits_details():
+    cases = {
+        "request only": container(requests={"nvidia.com/gpu": "1"}),
+        "differ": container(requests={"nvidia.com/gpu": "1"}, limits={"nvidia.com/gpu": "2"}),
+    }
+    for label, c in cases.items():
+        (f,) = wl.lint([wrap("Pod", pod_spec(c))])
+        assert f["rule"] == "extended-resource-requests-equal-limits", label
+    ok = [
+        container(limits={"nvidia.com/gpu": "1"}),  # the request defaults to the limit
+        container(requests={"nvidia.com/gpu": 1}, limits={"nvidia.com/gpu": "1"}),  # 1 == "1"
+        container(requests={"nvidia.com/gpu": "1k"}, limits={"nvidia.com/gpu": "1000"}),
+        container(requests={"cpu": "500m"}, limits={"cpu": "1"}),  # not an extended resource
+    ]
+    for c in ok:
+        assert wl.lint([wrap("Pod", pod_spec(c))]) == [], c
+
+
+@pytest.mark.parametrize("value", ["0.5", "500m", "1.5", "-1", "a lot"])
+def test_non_integer_amounts(value):
+    c = container(limits={"nvidia.com/gpu": value})
+    (f,) = wl.lint([wrap("Pod", pod_spec(c))])
+    assert f["rule"] == "extended-resource-integer"
+    assert repr(value) in f["message"]
+    assert (
+        f["fix"]
+        == "use a whole number, e.g. nvidia.com/gpu: 1 (for a share of a GPU use MIG or time-slicing resources)"
+    )
+
+
+def test_other_nvidia_extended_resources_follow_the_same_rules():
+    c = container(requests={"nvidia.com/mig-1g.10gb": "1"}, limits={"nvidia.com/mig-1g.10gb": "2"})
+    assert rules(wl.lint([wrap("Pod", pod_spec(c))])) == [("extended-resource-requests-equal-limits", "main")]
+
+
+@pytest.mark.parametrize(
+    "resource",
+    ["amd.com/gpu", "example.com/foo", "gpu.intel.com/i915", "vendor.io/nic-vf", "kubernetes.io.example/x"],
+)
+def test_every_extended_resource_follows_the_same_rules(resource):
+    differ = container(requests={resource: "1"}, limits={resource: "2"})
+    assert rules(wl.lint([wrap("Pod", pod_spec(differ))])) == [
+        ("extended-resource-requests-equal-limits", "main")
+    ]
+    (f,) = wl.lint([wrap("Pod", pod_spec(container(requests={resource: "1"})))])
+    assert (f["rule"], f["fix"]) == (
+        "extended-resource-requests-equal-limits",
+        f"set resources.limits.{resource}: 1 (or only the limit: the request defaults to it)",
+    )
+    (f,) = wl.lint([wrap("Pod", pod_spec(container(limits={resource: "500m"})))])
+    assert f["rule"] == "extended-resource-integer"
+    assert f["message"] == f"container main: {resource} limit '500m' is not a whole number; " + (
+        "an extended resource is counted in whole units"
+    )
+    assert (
+        f["fix"] == f"use a whole number, e.g. {resource}: 1"
+    )  # the GPU-share advice is for nvidia.com only
+    assert wl.lint([wrap("Pod", pod_spec(container(requests={resource: 2}, limits={resource: "2"})))]) == []
+
+
+@pytest.mark.parametrize(
+    "resource",
+    [
+        "cpu",
+        "memory",
+        "ephemeral-storage",
+        "hugepages-2Mi",
+        "hugepages-1Gi",
+        "kubernetes.io/batch-cpu",  # the kubernetes.io namespace is native
+        "scheduling.kubernetes.io/foo",  # and so is every *.kubernetes.io
+        "requests.example.com/foo",  # a quota name, never an extended resource
+    ],
+)
+def test_native_resources_and_hugepages_may_differ_and_be_fractions(resource):
+    c = container(requests={resource: "500m"}, limits={resource: "1"})
+    assert wl.lint([wrap("Pod", pod_spec(c))]) == [], resource
+    assert not wl.is_extended_resource(resource)
+
+
+def test_is_extended_resource():
+    for name in ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "amd.com/gpu", "example.com/foo"):
+        assert wl.is_extended_resource(name), name
+
+
+@pytest.mark.parametrize(
+    "name", ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"]
+)
+def test_visibility_env_in_every_container_list(name):
+    spec = pod_spec(
+        container("app"),
+        init=[container("init", env={name: "0"})],
+        ephemeral=[container("debug", env={name: "all"})],
+    )
+    findings = wl.lint([wrap("Pod", spec)])
+    assert rules(findings) == [("visible-devices-env", "debug"), ("visible-devices-env", "init")]
+    assert "ephemeralContainer debug sets" in [f for f in findings if f["container"] == "debug"][0]["message"]
+
+
+def test_allowed_namespaces_may_set_env_and_runtime_class():
+    spec = pod_spec(container(env={"NVIDIA_VISIBLE_DEVICES": "GPU-1"}), runtime_class="nvidia")
+    assert wl.lint([wrap("DaemonSet", spec, ns="kube-system")]) == []
+    assert wl.lint([wrap("DaemonSet", spec, ns="gpu-ops")], allowed_namespaces=["gpu-ops"]) == []
+    # no namespace in the manifest: the default namespace is what it lands in
+    obj = wrap("Pod", spec)
+    del obj["metadata"]["namespace"]
+    assert {f["rule"] for f in wl.lint([obj])} == {"visible-devices-env", "runtime-class-nvidia"}
+    assert wl.lint([obj], allowed_namespaces=["default"]) == []
+
+
+def test_env_from_is_a_warning_when_it_could_carry_the_names():
+    env_from = [
+        {"configMapRef": {"name": "all-keys"}},
+        {"secretRef": {"name": "prefixed"}, "prefix": "NVIDIA_"},
+        {"configMapRef": {"name": "harmless"}, "prefix": "APP_"},
+    ]
+    findings = wl.lint([wrap("Pod", pod_spec(container(env_from=env_from)))])
+    assert [(f["rule"], f["severity"]) for f in findings] == [("visible-devices-env-from", "warning")] * 2
+    assert "ConfigMap all-keys" in findings[0]["message"]
+    assert "Secret prefixed with prefix NVIDIA_" in findings[1]["message"]
+    assert "CUDA" not in findings[1]["message"]
+    assert wl.lint([wrap("Pod", pod_spec(container(env_from=env_from)))], check_env_from=False) == []
+
+
+def test_gpu_taint_toleration():
+    gpu = container(limits={"nvidia.com/gpu": "1"})
+    untolerated = wrap("Deployment", pod_spec(gpu))
+    assert wl.lint([untolerated]) == []  # the fleet does not taint: nothing to tolerate
+    (f,) = wl.lint([untolerated], gpu_taint=True)
+    assert f["rule"] == "gpu-taint-toleration"
+    assert "nvidia.com/gpu=present:NoSchedule" in f["message"]
+    assert "{key: nvidia.com/gpu, operator: Equal, value: present, effect: NoSchedule}" in f["fix"]
+    for tol in (
+        GPU_TOL,
+        {"operator": "Exists"},
+        {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"},
+    ):
+        assert wl.lint([wrap("Deployment", pod_spec(gpu, tolerations=[tol]))], gpu_taint=True) == [], tol
+    wrong = {"key": "nvidia.com/gpu", "value": "absent", "effect": "NoSchedule"}
+    assert len(wl.lint([wrap("Deployment", pod_spec(gpu, tolerations=[wrong]))], gpu_taint=True)) == 1
+    # no GPU asked: no toleration needed
+    assert wl.lint([wrap("Deployment", pod_spec(container()))], gpu_taint=True) == []
+    custom = {"key": "gpu", "value": "", "effect": "NoSchedule"}
+    (f,) = wl.lint([untolerated], gpu_taint=custom)
+    assert "operator: Exists" in f["fix"]
+    with pytest.raises(wl.LintError):
+        wl.lint([untolerated], gpu_taint={"value": "x"})
+
+
+def dra_spec(claims=("gpu",), referenced=("gpu",), init_refs=(), tolerations=None):
+    """A pod spec getting devices through DRA: pod-level claims, containers naming some of them."""
+    main = container()
+    if referenced:
+        main["resources"] = {"claims": [{"name": n} for n in referenced]}
+    init = None
+    if init_refs:
+        init = [dict(container("prep"), resources={"claims": [{"name": n} for n in init_refs]})]
+    spec = pod_spec(main, tolerations=tolerations, init=init)
+    spec["resourceClaims"] = [{"name": n, "resourceClaimTemplateName": f"{n}-template"} for n in claims]
+    return spec
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_gpu_taint_toleration_counts_dra_claims(kind):
+    obj = wrap(kind, dra_spec())
+    kubernetes_validate.validate(obj, K8S, strict=True)  # a real 1.37 object
+    assert wl.lint([obj]) == []  # the fleet does not taint: nothing to tolerate
+    (f,) = wl.lint([obj], gpu_taint=True)
+    assert f["rule"] == "gpu-taint-toleration"
+    assert f["message"] == (
+        "gets devices through resource claim(s) gpu (DRA) but does not tolerate the fleet's GPU taint "
+        "nvidia.com/gpu=present:NoSchedule: it would stay Pending"
+    )
+    assert "{key: nvidia.com/gpu, operator: Equal, value: present, effect: NoSchedule}" in f["fix"]
+    assert wl.lint([wrap(kind, dra_spec(tolerations=[GPU_TOL]))], gpu_taint=True) == []
+
+
+def test_dra_claims_only_when_a_container_names_them():
+    # a claim no container names gives no container a device
+    assert wl.dra_claims(dra_spec(referenced=())) == []
+    assert wl.lint([wrap("Pod", dra_spec(referenced=()))], gpu_taint=True) == []
+    # an init container's claim counts; only the named claims are listed, in the pod's order
+    spec = dra_spec(claims=("a", "b", "c"), referenced=("c",), init_refs=("a",))
+    assert wl.dra_claims(spec) == ["a", "c"]
+    (f,) = wl.lint([wrap("Job", spec)], gpu_taint=True)
+    assert f["message"].startswith("gets devices through resource claim(s) a, c (DRA)")
+    # a pod with both GPUs and claims is told about its GPUs
+    both = dra_spec()
+    both["containers"][0]["resources"]["limits"] = {"nvidia.com/gpu": "1"}
+    (f,) = wl.lint([wrap("Pod", both)], gpu_taint=True)
+    assert f["message"].startswith("requests GPUs but")
+
+
+def test_lists_multi_docs_and_other_kinds():
+    bad = wrap("Pod", pod_spec(container(limits={"nvidia.com/gpu": "0.5"})))
+    docs = [
+        {
+            "apiVersion": "v1",
+            "kind": "List",
+            "items": [bad, {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}}],
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "c"},
+            "data": {"NVIDIA_VISIBLE_DEVICES": "all"},
+        },
+        None,
+        "text",
+    ]
+    assert rules(wl.lint(docs)) == [("extended-resource-integer", "main")]
+    assert rules(wl.lint(bad)) == [("extended-resource-integer", "main")]  # a single manifest
+
+
+def test_table_and_filter():
+    bad = wrap("Job", pod_spec(container(env={"NVIDIA_VISIBLE_DEVICES": "all"})), name="etl")
+    findings = lint_filter.gpusplit_workload_lint([bad])
+    table = lint_filter.gpusplit_lint_table(findings)
+    assert table.splitlines()[0].startswith("ERROR    Job/team-a/etl  [main]  visible-devices-env: ")
+    assert table.splitlines()[-1] == "1 finding(s): 1 error(s), 0 warning(s)"
+    assert wl.lint_table([]) == "no findings"
+    from ansible.errors import AnsibleFilterError
+
+    with pytest.raises(AnsibleFilterError):
+        lint_filter.gpusplit_workload_lint([bad], gpu_taint={"key": ""})
+
+
+# --------------------------------------------------------------------------------------------
+# the admission guard
+
+
+def test_guard_objects_are_valid_1_37_objects():
+    policy, binding = wl.guard_objects()
+    for obj in (policy, binding):
+        kubernetes_validate.validate(obj, K8S, strict=True)
+    assert policy["kind"] == "ValidatingAdmissionPolicy"
+    assert policy["apiVersion"] == binding["apiVersion"] == "admissionregistration.k8s.io/v1"
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    (rule,) = policy["spec"]["matchConstraints"]["resourceRules"]
+    assert rule["operations"] == ["CREATE", "UPDATE"]
+    assert rule["resources"] == ["pods", "pods/ephemeralcontainers"]
+    assert binding["spec"]["policyName"] == policy["metadata"]["name"] == "gpusplit-visible-devices"
+    assert binding["spec"]["validationActions"] == ["Deny"]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables["forbidden"] == '["NVIDIA_VISIBLE_DEVICES"]'
+    for list_name in ("containers", "initContainers", "ephemeralContainers"):
+        assert f"object.spec.{list_name}" in variables["offenders"]
+        assert f"oldObject.spec.{list_name}" in variables["before"]
+    (validation,) = policy["spec"]["validations"]
+    assert validation["expression"] == "variables.offenders.all(o, o in variables.before)"
+    assert "NVIDIA_VISIBLE_DEVICES" in validation["message"]
+    selector = binding["spec"]["matchResources"]["namespaceSelector"]
+    assert selector == {
+        "matchExpressions": [
+            {
+                "key": "kubernetes.io/metadata.name",
+                "operator": "NotIn",
+                "values": ["gpu-operator", "kube-system"],
+            },
+            {"key": "gpusplit.io/allow-visible-devices", "operator": "NotIn", "values": ["true"]},
+        ]
+    }
+    for obj in (policy, binding):
+        assert obj["metadata"]["labels"] == {
+            "app.kubernetes.io/managed-by": "gpusplit",
+            "app.kubernetes.io/name": "gpusplit-admission-guard",
+            "gpusplit.io/guard": "gpusplit-visible-devices",
+        }
+
+
+def test_guard_settings_reach_the_objects():
+    policy, binding = wl.guard_objects(
+        {
+            "name": "guard-test",
+            "forbidden_env": ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES"],
+            "allowed_namespaces": ["ml-platform"],
+            "allow_label": "",
+            "match_labels": {"tenant": "blue"},
+            "validation_actions": ["Warn", "Audit"],
+        }
+    )
+    for obj in (policy, binding):
+        kubernetes_validate.validate(obj, K8S, strict=True)
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert variables["forbidden"] == '["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"]'
+    assert binding["spec"]["validationActions"] == ["Warn", "Audit"]
+    assert binding["spec"]["matchResources"]["namespaceSelector"] == {
+        "matchLabels": {"tenant": "blue"},
+        "matchExpressions": [
+            {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["ml-platform"]}
+        ],
+    }
+    _, open_binding = wl.guard_objects({"allowed_namespaces": [], "allow_label": ""})
+    kubernetes_validate.validate(open_binding, K8S, strict=True)
+    assert open_binding["spec"]["matchResources"]["namespaceSelector"] == {"matchExpressions": []}
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"name": "Bad_Name"},
+        {"forbidden_env": []},
+        {"forbidden_env": ["NVIDIA VISIBLE"]},
+        {"forbidden_env": ['x"] || true || ["']},  # nothing reaches the CEL that is not a plain name
+        {"allowed_namespaces": ["Kube_System"]},
+        {"allow_label": "bad key!"},
+        {"match_labels": {"tenant": "a b"}},
+        {"validation_actions": ["Deny", "Warn"]},
+        {"validation_actions": ["Block"]},
+        {"unknown": 1},
+    ],
+)
+def test_guard_refuses_bad_settings(settings):
+    with pytest.raises(wl.LintError):
+        wl.guard_objects(settings)
+
+
+def test_guard_filter_and_yaml_round_trip():
+    objs = lint_filter.gpusplit_guard_objects({"name": "g"})
+    assert yaml.safe_load(yaml.safe_dump(objs)) == objs
+    assert copy.deepcopy(objs) == wl.guard_objects({"name": "g"})  # deterministic

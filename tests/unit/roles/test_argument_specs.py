@@ -1,0 +1,172 @@
+"""The roles' argument specs refuse bad values before any task runs, and match what the code accepts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+
+ROOT = Path(__file__).resolve().parents[3]
+ROLES = ROOT / "roles"
+SETTINGS_ROLES = ("gpu_split_cluster", "gpu_host", "gpu_operator")
+
+
+def spec(role: str, entry: str = "main") -> dict:
+    doc = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())
+    return doc["argument_specs"][entry]["options"]
+
+
+def errors(role: str, values: dict, entry: str = "main") -> str:
+    """The validation errors the role's entry point reports for ``values`` ("" when valid)."""
+    result = ArgumentSpecValidator(spec(role, entry)).validate(values)
+    return "; ".join(result.error_messages)
+
+
+@pytest.mark.parametrize(
+    "role", sorted(p.name for p in ROLES.iterdir() if (p / "meta" / "argument_specs.yml").is_file())
+)
+def test_every_spec_loads_into_the_validator(role):
+    doc = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())
+    for entry, body in doc["argument_specs"].items():
+        ArgumentSpecValidator(body.get("options") or {})  # raises on a malformed spec
+        assert body.get("short_description"), (role, entry)
+
+
+@pytest.mark.parametrize(
+    ("values", "text"),
+    [
+        (
+            {"gpusplit_mode": "bogus"},
+            "value of gpusplit_mode must be one of: device_plugin, gpu_operator, dra, none",
+        ),
+        ({"gpusplit_split": {"count": "two"}}, "argument 'count' is of type str found in 'gpusplit_split'"),
+        (
+            {"gpusplit_split": {"count": 2, "hosts_count": 1}},
+            "gpusplit_split.hosts_count. Supported parameters",
+        ),
+        ({"gpusplit_split": {"indices": ["a"]}}, "option 'indices' found in 'gpusplit_split'"),
+        (
+            {"gpusplit_mig_strategy": "all"},
+            "value of gpusplit_mig_strategy must be one of: none, single, mixed",
+        ),
+        ({"gpusplit_exclude_unhealthy": "sometimes"}, "gpusplit_exclude_unhealthy"),
+    ],
+)
+def test_gpu_plan_refuses_bad_values(values, text):
+    assert text in errors("gpu_plan", values)
+
+
+def test_gpu_plan_accepts_the_documented_forms():
+    good = {
+        "gpusplit_mode": "device_plugin",
+        "gpusplit_split": {"host_uuids": ["GPU-1"], "product": ["NVIDIA H100*"]},
+        "gpusplit_mig_strategy": "mixed",
+        "gpusplit_node_name": "gpu-a.example.com",
+        "gpusplit_exclude_unhealthy": False,
+    }
+    assert errors("gpu_plan", good) == ""
+    assert errors("gpu_plan", {"gpusplit_split": {"count": "2"}}) == ""  # a numeric string converts
+
+
+@pytest.mark.parametrize("role", SETTINGS_ROLES)
+def test_plugin_settings_are_typed_like_render_accepts_them(role):
+    options = spec(role)["gpusplit_plugin_settings"]["options"]
+    assert set(options) == set(render.DEFAULT_SETTINGS)
+    assert options["hardening"]["choices"] == list(render.HARDENING)
+    assert options["node_pinning"]["choices"] == list(render.NODE_PINNING)
+    assert set(options["image_pull_policy"]["choices"]) == {"Always", "IfNotPresent", "Never"}
+    for key, default in render.DEFAULT_SETTINGS.items():
+        if isinstance(default, bool):
+            assert options[key]["type"] == "bool", key
+
+
+@pytest.mark.parametrize("role", SETTINGS_ROLES)
+@pytest.mark.parametrize(
+    ("settings", "text"),
+    [
+        ({"hardening": "privileged"}, "hardening must be one of: envvar, volume-mounts, cdi, cdi-cri"),
+        ({"namespaces": "x"}, "namespaces"),
+        ({"pass_device_specs": "maybe"}, "pass_device_specs"),
+        ({"node_pinning": "label"}, "node_pinning"),
+        ({"extra_tolerations": ["dedicated"]}, "extra_tolerations"),
+    ],
+)
+def test_plugin_settings_refuse_bad_values(role, settings, text):
+    values = {"gpusplit_plugin_settings": settings}
+    if role == "gpu_host":
+        values["gpusplit_node_plan"] = {}
+    if role in ("gpu_split_cluster", "gpu_operator"):
+        values["gpusplit_fleet_plan"] = {"nodes": {}}
+    assert text in errors(role, values)
+
+
+def test_every_value_render_accepts_passes_the_spec():
+    settings = {
+        "namespace": "gpusplit-system",
+        "hardening": "cdi",
+        "runtime_class_name": "",
+        "image_pull_secrets": ["regcred", {"name": "other"}],
+        "extra_tolerations": [{"key": "k", "operator": "Exists"}],
+        "resources": {"limits": {"memory": "128Mi"}},
+        "nvidia_cdi_hook_path": "/usr/bin/nvidia-cdi-hook",
+    }
+    render.resolve_settings(settings)
+    values = {"gpusplit_fleet_plan": {"nodes": {}}, "gpusplit_plugin_settings": settings}
+    assert errors("gpu_split_cluster", values) == ""
+
+
+@pytest.mark.parametrize("role", ["gpu_split_cluster", "gpu_verify"])
+def test_the_fleet_plan_is_declared_and_required(role):
+    assert spec(role)["gpusplit_fleet_plan"]["type"] == "dict"
+    assert "gpusplit_fleet_plan" in errors(role, {})
+    assert "gpusplit_fleet_plan" in errors(role, {"gpusplit_fleet_plan": "plan"})
+
+
+def test_a_play_with_bad_values_stops_before_any_task(tmp_path):
+    """The real thing: ansible-playbook validates the role's spec and names every bad value."""
+    play = tmp_path / "play.yml"
+    play.write_text(
+        yaml.safe_dump(
+            [
+                {
+                    "name": "bad split variables",
+                    "hosts": "localhost",
+                    "gather_facts": False,
+                    "vars": {
+                        "gpusplit_mode": "bogus",
+                        "gpusplit_split": {"count": "two", "hosts_count": 1},
+                        "gpusplit_out_dir": str(tmp_path / "out"),
+                    },
+                    "roles": [{"role": "gpusplit.k8s.gpu_plan"}],
+                }
+            ]
+        )
+    )
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / ".collections"),
+    }
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", "-c", "local", str(play)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out
+    assert "Validating arguments against arg spec" in out
+    assert "gpusplit_mode must be one of" in out and "bogus" in out
+    assert "'count' is of type str" in out and "gpusplit_split.hosts_count" in out
+    assert "Plan the fleet" not in out  # no task of the role ran
+    assert not (tmp_path / "out").exists()
