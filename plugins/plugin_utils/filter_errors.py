@@ -18,12 +18,7 @@ import functools
 
 from ansible.errors import AnsibleFilterError
 
-
-def refusal_text(title, exc):
-    errors = getattr(exc, "errors", None)
-    if errors:
-        return f"{title} refused:\n- " + "\n- ".join(str(e) for e in errors)
-    return f"{title} refused: {exc}"
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import refusal_text
 
 
 def wrap(func, refusals):

@@ -30,6 +30,7 @@ import copy
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.diagnose import requirement_matches
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import (
     DEVICE_PLUGIN_MODES,
@@ -80,12 +81,8 @@ DEFAULT_SETTINGS = {
 }
 
 
-class OperatorError(ValueError):
+class OperatorError(GpusplitError):
     """One or more refusals; ``errors`` holds every message."""
-
-    def __init__(self, errors):
-        self.errors = list(errors)
-        super().__init__("\n".join(self.errors))
 
 
 # --------------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from __future__ import annotations
 import posixpath
 import re
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import (
     MODES,
     normalize_pci_bus_id,
@@ -56,12 +57,8 @@ _UUID_RE = re.compile(r"^(GPU|MIG)-[0-9A-Za-z][0-9A-Za-z/-]*$")
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,:/@+-]*$")
 
 
-class HostShareError(ValueError):
+class HostShareError(GpusplitError):
     """The node plan or the service list cannot be rendered; ``errors`` holds every message."""
-
-    def __init__(self, errors):
-        self.errors = list(errors)
-        super().__init__("\n".join(self.errors))
 
 
 def unit_name(name):

@@ -19,6 +19,7 @@ import re
 import jinja2
 import yaml
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import (
     DEVICE_PLUGIN_MODES,
     node_plans,
@@ -92,7 +93,7 @@ _LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _IMAGE_RE = re.compile(r"^[^\s]+$")
 
 
-class RenderError(ValueError):
+class RenderError(GpusplitError):
     """Bad settings or a plan that cannot be rendered."""
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 
 PODGROUP_API_VERSIONS = {
@@ -58,12 +59,8 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 _VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?$")
 
 
-class WorkloadError(ValueError):
+class WorkloadError(GpusplitError):
     """The gang job cannot be rendered; ``errors`` lists every reason."""
-
-    def __init__(self, errors):
-        self.errors = list(errors)
-        super().__init__("; ".join(self.errors))
 
 
 def minor_of(version) -> str:

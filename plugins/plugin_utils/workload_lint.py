@@ -33,6 +33,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.diagnose import parse_quantity, tolerates
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 
 NATIVE_DOMAIN = "kubernetes.io/"  # kubernetes.io/ and every *.kubernetes.io/ name is native
@@ -67,7 +68,7 @@ _POD_SPEC_PATHS = {
 _CONTAINER_LISTS = ("initContainers", "containers", "ephemeralContainers")
 
 
-class LintError(ValueError):
+class LintError(GpusplitError):
     """Bad options (not bad manifests: those are findings)."""
 
 

@@ -43,6 +43,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates 
     CatalogError,
     parse_bool,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 
 APISERVER = "kube-apiserver"
 SCHEDULER = "kube-scheduler"
@@ -65,7 +66,7 @@ FEATURE_GATES = "feature-gates"
 RUNTIME_CONFIG = "runtime-config"
 
 
-class FlagEditError(ValueError):
+class FlagEditError(GpusplitError):
     """The text cannot be edited safely (unexpected shape, invalid value, failed self-check)."""
 
 

@@ -50,6 +50,7 @@ import difflib
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gate_data import GATES, RELEASES
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 
 ALPHA = "alpha"
 BETA = "beta"
@@ -200,7 +201,7 @@ _TRUE = ("1", "t", "T", "TRUE", "true", "True")
 _FALSE = ("0", "f", "F", "FALSE", "false", "False")
 
 
-class CatalogError(ValueError):
+class CatalogError(GpusplitError):
     """A version or value the catalog cannot answer for."""
 
 

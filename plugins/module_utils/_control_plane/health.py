@@ -43,6 +43,8 @@ import tempfile
 import time
 import urllib.parse
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+
 APISERVER = "kube-apiserver"
 CONTROLLER_MANAGER = "kube-controller-manager"
 SCHEDULER = "kube-scheduler"
@@ -75,7 +77,7 @@ DEFAULT_ENDPOINTS = {
 ENDPOINT_KEYS = ("health_url", "metrics_url", "validate_certs", "tls_server_name")
 
 
-class HealthError(ValueError):
+class HealthError(GpusplitError):
     """Bad input: unknown component, unusable kubeconfig, unparsable metrics line."""
 
 

@@ -32,6 +32,8 @@ import json
 import re
 from fractions import Fraction
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+
 # classes, in the order they are preferred when several apply equally
 TAINT = "untolerated_taint"
 SHORTAGE = "insufficient_gpu"
@@ -609,7 +611,7 @@ def _scheduled_condition(pod):
 # DRA: a small CEL evaluator for device selectors
 
 
-class CelUnsupported(ValueError):
+class CelUnsupported(GpusplitError):
     """The expression uses CEL beyond the subset evaluated here."""
 
 

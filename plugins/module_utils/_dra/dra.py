@@ -28,6 +28,8 @@ from __future__ import annotations
 import copy
 import re
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+
 try:  # Python 3.11+ (the controller); the host-side code never imports this module
     import tomllib
 except ImportError:  # pragma: no cover
@@ -84,12 +86,8 @@ _QUALIFIED_NAME_RE = re.compile(
 _VERSION_RE = re.compile(r"v?(\d+)\.(\d+)(?:\.(\d+))?")
 
 
-class DraError(ValueError):
+class DraError(GpusplitError):
     """One or more refusals; ``errors`` holds every message."""
-
-    def __init__(self, errors):
-        self.errors = [errors] if isinstance(errors, str) else list(errors)
-        super().__init__("\n".join(self.errors))
 
 
 def _render(template, **context):
@@ -369,7 +367,7 @@ def render_device_class(
 
 def dra_pci_bus_id(value):
     """NVML ``00000000:1B:00.0`` -> ``0000:1b:00.0`` (the extended BDF form of resource.kubernetes.io/pciBusID)."""
-    from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import normalize_pci_bus_id
+    from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import normalize_pci_bus_id
 
     canonical = normalize_pci_bus_id(value)
     if canonical is None:
@@ -1224,7 +1222,7 @@ def rule_settled(rule, wait_eviction=False):
 
 
 def _norm_uuid(value):
-    from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import normalize_uuid
+    from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import normalize_uuid
 
     return (normalize_uuid(value) or "").lower()
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as ET
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import require_pci_bus_id
+
 # The keys of one GPU in ansible_facts.nvidia_gpus, in documentation order. Every GPU carries all of them.
 GPU_KEYS = (
     "uuid",
@@ -38,7 +41,7 @@ HEALTH_LOST = "lost"
 MIB = 1024 * 1024
 
 
-class GpuFactsError(Exception):
+class GpuFactsError(GpusplitError):
     """A failure the module reports as is (the message is meant for the operator)."""
 
 
@@ -136,8 +139,6 @@ def retired_pages_or_none(pending, double_bit_count):
 # Normalisation
 # --------------------------------------------------------------------------------------------------
 
-_BUS_ID_RE = re.compile(r"^([0-9A-Fa-f]{1,8}):([0-9A-Fa-f]{1,2}):([0-9A-Fa-f]{1,2})\.([0-7])$")
-
 
 def to_text(value):
     """NVML strings come back as str from nvidia-ml-py's wrappers but as bytes from its structures."""
@@ -146,28 +147,6 @@ def to_text(value):
     if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
     return str(value).rstrip("\x00").strip()
-
-
-def normalize_pci_bus_id(value):
-    """'0000:17:00.0', b'00000000:17:00.0', '0:17:0.0' -> '00000000:17:00.0' (nvidia-smi's form).
-
-    Raises ValueError for anything that is not a PCI address.
-    """
-    text = to_text(value)
-    match = _BUS_ID_RE.match(text or "")
-    if not match:
-        raise ValueError(f"not a PCI bus id: {value!r}")
-    domain, bus, device, function = (int(part, 16) for part in match.groups())
-    return f"{domain:08X}:{bus:02X}:{device:02X}.{function:X}"
-
-
-def sysfs_pci_address(bus_id):
-    """'00000000:17:00.0' -> '0000:17:00.0', the name of the device under /sys/bus/pci/devices."""
-    match = _BUS_ID_RE.match(bus_id or "")
-    if not match:
-        raise ValueError(f"not a PCI bus id: {bus_id!r}")
-    domain, bus, device, function = (int(part, 16) for part in match.groups())
-    return f"{domain:04x}:{bus:02x}:{device:02x}.{function:x}"
 
 
 def cuda_version_string(value):
@@ -467,7 +446,7 @@ def parse_unopenable_gpus(*texts):
         for line in (text or "").splitlines():
             match = _NO_HANDLE_RE.search(line)
             if match:
-                found.append((normalize_pci_bus_id(match.group(1)), match.group(2)))
+                found.append((require_pci_bus_id(match.group(1)), match.group(2)))
     return found
 
 
@@ -612,7 +591,7 @@ def parse_query_xml(stdout):
     }
     for gpu in root.findall("gpu"):
         try:
-            bus_id = normalize_pci_bus_id(gpu.get("id") or _xml_text(gpu, "pci/pci_bus_id") or "")
+            bus_id = require_pci_bus_id(gpu.get("id") or _xml_text(gpu, "pci/pci_bus_id") or "")
         except ValueError:
             continue
         migs = {}
@@ -691,7 +670,7 @@ def gpu_from_smi_row(row):
     bus = row.get("pci.bus_id")
     if bus is not None and not token_kind(bus):
         try:
-            gpu["pci_bus_id"] = normalize_pci_bus_id(bus)
+            gpu["pci_bus_id"] = require_pci_bus_id(bus)
         except ValueError:
             raise _parse_error("pci.bus_id", bus, line, "a PCI bus id like 00000000:17:00.0") from None
     gpu["memory_total_mib"] = smi_int(row.get("memory.total"), "memory.total", line)

@@ -24,8 +24,8 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.facts import (
     new_gpu,
     new_mig_device,
     new_process,
-    normalize_pci_bus_id,
     remapped_rows_or_none,
+    require_pci_bus_id,
     retired_pages_or_none,
     sort_gpus,
     to_text,
@@ -194,11 +194,11 @@ def _pci_bus_id(info):
         value = getattr(info, attribute, None)
         if value:
             try:
-                return normalize_pci_bus_id(value)
+                return require_pci_bus_id(value)
             except ValueError:
                 continue
     try:
-        return normalize_pci_bus_id(f"{int(info.domain):x}:{int(info.bus):x}:{int(info.device):x}.0")
+        return require_pci_bus_id(f"{int(info.domain):x}:{int(info.bus):x}:{int(info.device):x}.0")
     except (AttributeError, TypeError, ValueError):
         return None
 

@@ -33,10 +33,10 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.facts import (
     smi_unknown_field,
     smi_unopened_cause,
     sort_gpus,
-    sysfs_pci_address,
     token_kind,
     unopened_health,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import sysfs_pci_address
 
 
 class SmiNoDriver(GpuFactsError):

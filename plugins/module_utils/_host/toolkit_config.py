@@ -23,6 +23,8 @@ from __future__ import annotations
 import re
 import tomllib
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+
 DEFAULT_PATH = "/etc/nvidia-container-runtime/config.toml"
 ENVVAR_WHEN_UNPRIVILEGED = "accept-nvidia-visible-devices-envvar-when-unprivileged"
 AS_VOLUME_MOUNTS = "accept-nvidia-visible-devices-as-volume-mounts"
@@ -34,7 +36,7 @@ _BARE_KEY_FULL = re.compile(r"^[A-Za-z0-9_-]+$")
 _WS = " \t"
 
 
-class TomlEditError(ValueError):
+class TomlEditError(GpusplitError):
     """The file cannot be edited safely (does not parse, bad key or value, ambiguous table)."""
 
 

@@ -20,6 +20,8 @@ import difflib
 import json
 from concurrent.futures import ThreadPoolExecutor
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+
 try:
     import yaml
 except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
@@ -38,7 +40,7 @@ _VOLATILE_METADATA = (
 )
 
 
-class ApplyError(ValueError):
+class ApplyError(GpusplitError):
     """Bad desired objects; raised before any request is sent."""
 
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 import json
 import re
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+
 _RELEASE_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _NAMESPACE_RE = _RELEASE_NAME_RE
 _DURATION_RE = re.compile(r"^(\d+(\.\d+)?(h|m|s|ms|us|ns))+$")
 
 
-class HelmError(Exception):
+class HelmError(GpusplitError):
     """A refusal or a failed helm command; the message says what to fix."""
 
 

@@ -13,6 +13,13 @@ from __future__ import annotations
 import fnmatch
 import re
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import (
+    normalize_pci_bus_id,
+    normalize_uuid,
+    pci_sort_key,
+)
+
 MODES = ("device_plugin", "gpu_operator", "dra", "none")
 DEVICE_PLUGIN_MODES = ("device_plugin", "gpu_operator")
 MIG_STRATEGIES = ("none", "single", "mixed")
@@ -28,63 +35,16 @@ SHARE_HOST = "host"
 SHARE_EXCLUDED = "excluded"
 
 _HEALTH_STATES = ("ok", "degraded", "lost")
-_PCI_RE = re.compile(
-    r"^(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-7])$"
-)
 _GPU_UUID_RE = re.compile(r"^gpu-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
 _MAX_LISTED = 16
 
 
-class PlanError(ValueError):
+class PlanError(GpusplitError):
     """One or more refusals; ``errors`` holds every message (each names host and value)."""
-
-    def __init__(self, errors):
-        self.errors = list(errors)
-        super().__init__("\n".join(self.errors))
 
 
 # --------------------------------------------------------------------------------------------
 # normalisation helpers (public: the renderers and the verify code use the same spelling)
-
-
-def normalize_pci_bus_id(value):
-    """Return the NVML spelling ``DDDDDDDD:BB:DD.F`` (upper-case hex), or None if not a bus id.
-
-    Accepts 8- or 4-digit domains (sysfs writes ``0000:17:00.0``), no domain (``17:00.0``),
-    any case and surrounding blanks.
-    """
-    if not isinstance(value, str):
-        return None
-    match = _PCI_RE.match(value.strip().lower())
-    if match is None:
-        return None
-    domain = int(match.group("domain") or "0", 16)
-    bus = int(match.group("bus"), 16)
-    dev = int(match.group("dev"), 16)
-    fn = int(match.group("fn"), 16)
-    return f"{domain:08X}:{bus:02X}:{dev:02X}.{fn:X}"
-
-
-def _pci_sort_key(canonical):
-    domain, bus, rest = canonical.split(":")
-    dev, fn = rest.split(".")
-    return (int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16))
-
-
-def normalize_uuid(value):
-    """Return a GPU/MIG UUID as ``GPU-<lower hex>`` / ``MIG-<lower>``; None if not a string."""
-    if not isinstance(value, str):
-        return None
-    text = value.strip()
-    lower = text.lower()
-    if lower.startswith("gpu-"):
-        return "GPU-" + lower[4:]
-    if lower.startswith("mig-"):
-        rest = lower[4:]
-        if rest.startswith("gpu-"):  # legacy MIG-GPU-<uuid>/<gi>/<ci>
-            rest = "GPU-" + rest[4:]
-        return "MIG-" + rest
-    return text
 
 
 def short_pci(canonical):
@@ -199,7 +159,7 @@ def _norm_gpu(host, pos, raw, errors):
     valid_uuid = bool(uuid) and _GPU_UUID_RE.match(uuid.lower()) is not None
     if valid_uuid and pci is not None:
         key = uuid.lower()
-        sort_key = _pci_sort_key(pci)
+        sort_key = pci_sort_key(pci)
     elif health != "ok":
         # a lost GPU, or one the driver would not open (no permission, unsupported), may not tell
         # its identity: keep it, excluded (usable() refuses a GPU without UUID), after the others

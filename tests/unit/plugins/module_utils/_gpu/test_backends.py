@@ -18,6 +18,7 @@ import pytest
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import facts as gf
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import ids
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import smi as gpu_smi
 from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts as module
@@ -271,7 +272,7 @@ def _sysfs_numa(name, root="/nonexistent-sysfs"):
     files = {}
     for gpu in fixture(name)["gpus"]:
         value = gpu["numa_node"] if gpu["numa_node"] is not None else -1
-        files[f"{root}/bus/pci/devices/{gf.sysfs_pci_address(gpu['pci_bus_id'])}/numa_node"] = f"{value}\n"
+        files[f"{root}/bus/pci/devices/{ids.sysfs_pci_address(gpu['pci_bus_id'])}/numa_node"] = f"{value}\n"
     return files
 
 
@@ -875,7 +876,7 @@ def test_gpu_fixture_uuids_are_real_format():
         data = fixture(name)
         for gpu in data["gpus"]:
             assert UUID_RE.match(gpu["uuid"]), (name, gpu["uuid"])
-            assert gpu["pci_bus_id"] == gf.normalize_pci_bus_id(gpu["pci_bus_id"])
+            assert gpu["pci_bus_id"] == ids.require_pci_bus_id(gpu["pci_bus_id"])
             for mig in gpu["mig_devices"]:
                 assert MIG_UUID_RE.match(mig["uuid"])
 
@@ -897,7 +898,7 @@ def test_gpu_smi_names_why_it_cannot_open_a_gpu(how, monkeypatch, tmp_path):
     data, result = _gather_refused(how, "nvidia-smi", monkeypatch, tmp_path)
     gpus = result["ansible_facts"]["nvidia_gpus"]
     [refused] = [g for g in gpus if g["uuid"] is None]
-    assert refused["pci_bus_id"] == gf.normalize_pci_bus_id(data["gpus"][2]["pci_bus_id"])
+    assert refused["pci_bus_id"] == ids.require_pci_bus_id(data["gpus"][2]["pci_bus_id"])
     assert refused["health"]["status"] == status
     [reason] = refused["health"]["reasons"]
     assert reason.startswith(f"nvidia-smi cannot open this GPU ({text}")

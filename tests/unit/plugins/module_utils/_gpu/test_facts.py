@@ -3,6 +3,7 @@
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import facts as gf
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import ids
 
 
 @pytest.mark.parametrize(
@@ -17,17 +18,17 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import facts as 
     ],
 )
 def test_normalize_pci_bus_id(raw, expected):
-    assert gf.normalize_pci_bus_id(raw) == expected
+    assert ids.require_pci_bus_id(raw) == expected
 
 
 @pytest.mark.parametrize("raw", ["", "GPU-1234", "0000:17:00", "0000:17:00.8", "[N/A]", None])
 def test_normalize_pci_bus_id_rejects_garbage(raw):
     with pytest.raises(ValueError):
-        gf.normalize_pci_bus_id(raw)
+        ids.require_pci_bus_id(raw)
 
 
 def test_sysfs_pci_address():
-    assert gf.sysfs_pci_address("00000000:9A:00.0") == "0000:9a:00.0"
+    assert ids.sysfs_pci_address("00000000:9A:00.0") == "0000:9a:00.0"
 
 
 @pytest.mark.parametrize(

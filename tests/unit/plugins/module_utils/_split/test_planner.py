@@ -8,6 +8,7 @@ import random
 
 import pytest
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import ids
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner as sp
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import (
     PlanError,
@@ -783,12 +784,12 @@ def test_fleet_entry_options_are_passed_through():
 
 
 def test_normalisers():
-    assert sp.normalize_pci_bus_id("0000:3b:00.0") == "00000000:3B:00.0"
-    assert sp.normalize_pci_bus_id("3B:00.1") == "00000000:3B:00.1"
-    assert sp.normalize_pci_bus_id("10000:3b:00.0") == "00010000:3B:00.0"
-    assert sp.normalize_pci_bus_id("3b:00") is None
-    assert sp.normalize_uuid(" GPU-ABC ") == "GPU-abc"
-    assert sp.normalize_uuid("mig-gpu-ABC/1/0") == "MIG-GPU-abc/1/0"
+    assert ids.normalize_pci_bus_id("0000:3b:00.0") == "00000000:3B:00.0"
+    assert ids.normalize_pci_bus_id("3B:00.1") == "00000000:3B:00.1"
+    assert ids.normalize_pci_bus_id("10000:3b:00.0") == "00010000:3B:00.0"
+    assert ids.normalize_pci_bus_id("3b:00") is None
+    assert ids.normalize_uuid(" GPU-ABC ") == "GPU-abc"
+    assert ids.normalize_uuid("mig-gpu-ABC/1/0") == "MIG-GPU-abc/1/0"
     assert sp.short_pci("00000001:3B:00.0") == "00000001:3B:00.0"
 
 

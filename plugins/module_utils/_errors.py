@@ -1,0 +1,50 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""The one error root of gpusplit. Private to the collection.
+
+Every refusal that gpusplit's logic raises is a :class:`GpusplitError` (or a subclass, where a
+caller needs to tell kinds apart). It carries ``errors``, the list of every message, each naming
+the file, field or object it is about, so that a run stops with all reasons at once.
+
+Modules turn it into ``fail_json`` in one place (:func:`fail_on_refusal`); filters turn it into
+``AnsibleFilterError`` in ``plugin_utils/filter_errors.py``. Both use :func:`refusal_text`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+
+class GpusplitError(ValueError):
+    """One or more refusals; ``errors`` holds every message.
+
+    Built from one message or a list of them. It stays a ``ValueError`` so that callers that
+    validate input with ``except ValueError`` keep working.
+    """
+
+    def __init__(self, errors="", *args):
+        if isinstance(errors, str) or not hasattr(errors, "__iter__"):
+            errors = [errors]
+        self.errors = [str(e) for e in errors if str(e)]
+        super().__init__("\n".join(self.errors), *args)
+
+
+def refusal_text(title, exc):
+    """``<title> refused:`` and one ``- message`` line each; without a title, the messages alone."""
+    errors = getattr(exc, "errors", None) or [str(exc)]
+    if not title:
+        return "\n".join(errors) if len(errors) > 1 else errors[0]
+    return f"{title} refused:\n- " + "\n- ".join(errors)
+
+
+@contextlib.contextmanager
+def fail_on_refusal(module, title="", **result):
+    """Run the body; a :class:`GpusplitError` ends the module with ``fail_json``.
+
+    ``msg`` is :func:`refusal_text`, ``errors`` every message, and ``result`` whatever the module
+    already knows (``changed``, ``path``, ...). Other exceptions are not caught: they are bugs.
+    """
+    try:
+        yield
+    except GpusplitError as exc:
+        module.fail_json(msg=refusal_text(title, exc), errors=exc.errors, **result)

@@ -1,0 +1,82 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""How gpusplit spells a GPU's identifiers (PCI bus id, UUID). Private to the collection.
+
+One spelling everywhere: the GPU facts, the planner, the renderers and verify compare these
+strings, so they all normalise through this module.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+
+_PCI_RE = re.compile(
+    r"^(?:(?P<domain>[0-9a-f]{1,8}):)?(?P<bus>[0-9a-f]{1,2}):(?P<dev>[0-9a-f]{1,2})\.(?P<fn>[0-7])$"
+)
+
+
+def _text(value):
+    if isinstance(value, bytes):  # NVML structures hand back bytes
+        value = value.decode("utf-8", "replace")
+    return value.rstrip("\x00").strip() if isinstance(value, str) else None
+
+
+def _pci_parts(value):
+    text = _text(value)
+    match = _PCI_RE.match(text.lower()) if text is not None else None
+    if match is None:
+        return None
+    return (int(match.group("domain") or "0", 16),) + tuple(
+        int(match.group(k), 16) for k in ("bus", "dev", "fn")
+    )
+
+
+def normalize_pci_bus_id(value):
+    """The NVML spelling ``DDDDDDDD:BB:DD.F`` (upper-case hex), or None when ``value`` is no bus id.
+
+    Accepts 8- or 4-digit domains (sysfs writes ``0000:17:00.0``), no domain (``17:00.0``), bytes,
+    any case and surrounding blanks.
+    """
+    parts = _pci_parts(value)
+    if parts is None:
+        return None
+    return "{:08X}:{:02X}:{:02X}.{:X}".format(*parts)
+
+
+def require_pci_bus_id(value):
+    """:func:`normalize_pci_bus_id`, refusing (GpusplitError) anything that is not a PCI address."""
+    canonical = normalize_pci_bus_id(value)
+    if canonical is None:
+        raise GpusplitError(f"not a PCI bus id: {value!r}")
+    return canonical
+
+
+def sysfs_pci_address(bus_id):
+    """'00000000:17:00.0' -> '0000:17:00.0', the name of the device under /sys/bus/pci/devices."""
+    parts = _pci_parts(bus_id)
+    if parts is None:
+        raise GpusplitError(f"not a PCI bus id: {bus_id!r}")
+    return "{:04x}:{:02x}:{:02x}.{:x}".format(*parts)
+
+
+def pci_sort_key(canonical):
+    """Numeric order of a normalised bus id."""
+    return _pci_parts(canonical)
+
+
+def normalize_uuid(value):
+    """A GPU/MIG UUID as ``GPU-<lower hex>`` / ``MIG-<lower>``; None if not a string."""
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    lower = text.lower()
+    if lower.startswith("gpu-"):
+        return "GPU-" + lower[4:]
+    if lower.startswith("mig-"):
+        rest = lower[4:]
+        if rest.startswith("gpu-"):  # legacy MIG-GPU-<uuid>/<gi>/<ci>
+            rest = "GPU-" + rest[4:]
+        return "MIG-" + rest
+    return text
