@@ -140,8 +140,8 @@ build_simple() { # name module-version pkg go-module-path
 }
 
 gate_sources() {
-  # tests/unit/test_feature_gates.py reads pkg/features/kube_features.go of these releases (and
-  # of KUBE_VERSION, which build_kube downloads) from the Go module cache
+  # tests/unit/plugins/module_utils/_control_plane/test_gates.py reads pkg/features/kube_features.go
+  # of these releases (and of KUBE_VERSION, which build_kube downloads) from the Go module cache
   local v mods=()
   for v in ${FEATURE_GATE_SOURCES//,/ }; do mods+=("k8s.io/kubernetes@v$v"); done
   (cd "$work" && GOFLAGS='' GOTOOLCHAIN=local go mod download "${mods[@]}" "k8s.io/kubernetes@v$KUBE_VERSION") ||

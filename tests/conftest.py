@@ -1,6 +1,7 @@
 """Shared pytest setup.
 
-- the collection imports as ansible_collections.gpusplit.k8s (from .collections, made by `make venv`);
+- the collection imports as ansible_collections.gpusplit.k8s: from the tree the checkout sits in when
+  it is laid out as ansible_collections/gpusplit/k8s (ansible-test), else from .collections (`make venv`);
 - the lab fixtures (`lab`, `kubectl`, `core_api`): the lab control plane is started once per
   session by the first test that asks for it. It is never skipped: if it cannot be built or
   started, those tests error with the reason (and in CI, CI=true, the run fails);
@@ -21,7 +22,21 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-COLLECTIONS = ROOT / ".collections"
+
+
+def collections_root(root: Path = ROOT) -> Path:
+    """The folder that holds ansible_collections/ for this checkout.
+
+    Where the checkout itself sits at ansible_collections/gpusplit/k8s (as ansible-test lays a
+    collection out, or an installed collection), that tree's root; otherwise the .collections
+    link that `make venv` makes.
+    """
+    if root.parent.parent.name == "ansible_collections" and root.parent.name == "gpusplit":
+        return root.parents[2]
+    return root / ".collections"
+
+
+COLLECTIONS = collections_root()
 
 for path in (COLLECTIONS, ROOT):
     if str(path) not in sys.path:

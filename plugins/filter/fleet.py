@@ -1,16 +1,15 @@
-"""Filters that gather fleet-wide inputs from inventory and turn live data into the verify report.
+"""Filters that gather fleet-wide inputs from the inventory: planner input, GPU facts, node names.
 
-{{ hostvars | gpusplit.k8s.gpusplit_fleet_input(ansible_play_hosts) }}
-{{ plan | gpusplit.k8s.gpusplit_verify(nodes, pods, hostvars | gpusplit.k8s.gpusplit_fleet_facts(hosts)) }}
-{{ report | gpusplit.k8s.gpusplit_report_table }}
-{{ hostvars | gpusplit.k8s.gpusplit_inventory_nodes(groups['all']) }}
+{{ hostvars | gpusplit.k8s.fleet_input(ansible_play_hosts) }}
+{{ hostvars | gpusplit.k8s.fleet_facts(hosts) }}
+{{ hostvars | gpusplit.k8s.inventory_nodes(groups['all']) }}
+
+Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
-
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
 
 # inventory variable -> planner key; the defaults are those of the roles' argument specs
 FLEET_VARS = {
@@ -22,7 +21,7 @@ FLEET_VARS = {
 }
 
 
-def gpusplit_fleet_input(hostvars, hosts):
+def fleet_input(hostvars, hosts):
     """{host: {facts, mode, split, ...}} for the planner, from each host's variables and facts."""
     out = {}
     for host in hosts:
@@ -41,12 +40,12 @@ def gpusplit_fleet_input(hostvars, hosts):
     return out
 
 
-def gpusplit_inventory_nodes(hostvars, hosts):
+def inventory_nodes(hostvars, hosts):
     """The Kubernetes node name of every inventory host (gpusplit_node_name, else the host name)."""
     return [str(hostvars[h].get("gpusplit_node_name") or h) for h in hosts]
 
 
-def gpusplit_fleet_facts(hostvars, hosts):
+def fleet_facts(hostvars, hosts):
     """{host: nvidia_gpus} for the hosts that have GPU facts."""
     out = {}
     for host in hosts:
@@ -57,27 +56,10 @@ def gpusplit_fleet_facts(hostvars, hosts):
     return out
 
 
-def gpusplit_verify(plan, nodes, pods, facts_by_host):
-    """The fleet report (see plugins/module_utils/_split/verify.py)."""
-    return verify.verify_fleet(plan, nodes, pods, facts_by_host)
-
-
-def gpusplit_report_table(report):
-    return verify.report_table(report)
-
-
-def gpusplit_unmanaged_plugins(daemonsets):
-    """The device-plugin DaemonSets in the list that gpusplit does not own."""
-    return verify.unmanaged_plugin_daemonsets(daemonsets)
-
-
 class FilterModule:
     def filters(self):
         return {
-            "gpusplit_fleet_input": gpusplit_fleet_input,
-            "gpusplit_fleet_facts": gpusplit_fleet_facts,
-            "gpusplit_inventory_nodes": gpusplit_inventory_nodes,
-            "gpusplit_verify": gpusplit_verify,
-            "gpusplit_report_table": gpusplit_report_table,
-            "gpusplit_unmanaged_plugins": gpusplit_unmanaged_plugins,
+            "fleet_input": fleet_input,
+            "fleet_facts": fleet_facts,
+            "inventory_nodes": inventory_nodes,
         }

@@ -1,28 +1,29 @@
 """Filter drawing the fleet picture (out/fleet.svg) from the fleet report and the fleet plan.
 
-    {{ report | gpusplit.k8s.gpusplit_fleet_svg(plan) }}
-    {{ report | gpusplit.k8s.gpusplit_fleet_svg(plan, title='gpusplit fleet (lab)') }}
+    {{ report | gpusplit.k8s.fleet_svg(plan) }}
+    {{ report | gpusplit.k8s.fleet_svg(plan, title='gpusplit fleet (lab)') }}
 
 One row per node, one cell per GPU coloured by share (Kubernetes, host, excluded/unhealthy),
 tooltips with UUID, PCI bus id, name and health. See plugins/plugin_utils/fleet_svg.py.
+Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import fleet_svg
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import fleet_svg as fleet_svg_lib
 
 
-def gpusplit_fleet_svg(report, plan, title="gpusplit fleet"):
+def fleet_svg(report, plan, title="gpusplit fleet"):
     """The SVG document for ``report`` (verify) and ``plan`` (split plan)."""
     if not isinstance(report, dict) or not isinstance(plan, dict):
         raise AnsibleFilterError(
-            "gpusplit_fleet_svg: expected the fleet report and the fleet plan (mappings)"
+            "gpusplit.k8s.fleet_svg: expected the fleet report and the fleet plan (mappings)"
         )
-    return fleet_svg.render_fleet_svg(report, plan, title=title)
+    return fleet_svg_lib.render_fleet_svg(report, plan, title=title)
 
 
 class FilterModule:
     def filters(self):
-        return {"gpusplit_fleet_svg": gpusplit_fleet_svg}
+        return {"fleet_svg": fleet_svg}

@@ -1,17 +1,18 @@
 """Filters for GPU Operator mode (plugins/plugin_utils/gpu_operator.py) and the plugin collision check.
 
-    {{ gpusplit_fleet_plan | gpusplit.k8s.gpusplit_operator_config(mig_configs, clusterpolicies, settings, nodes, daemonsets) }}
-    {{ hostvars | gpusplit.k8s.gpusplit_mig_configs(gpusplit_fleet_plan.nodes.keys() | list) }}
-    {{ daemonsets | gpusplit.k8s.gpusplit_colliding_plugins(gpusplit_fleet_plan, gpusplit_operator_managed) }}
-    {{ pods | gpusplit.k8s.gpusplit_operator_plugin_pods(gpusplit_fleet_plan) }}
+    {{ gpusplit_fleet_plan | gpusplit.k8s.operator_config(mig_configs, clusterpolicies, settings, nodes, daemonsets) }}
+    {{ hostvars | gpusplit.k8s.mig_configs(gpusplit_fleet_plan.nodes.keys() | list) }}
+    {{ daemonsets | gpusplit.k8s.colliding_plugins(gpusplit_fleet_plan, gpusplit_operator_managed) }}
+    {{ pods | gpusplit.k8s.operator_plugin_pods(gpusplit_fleet_plan) }}
 
 Every refusal becomes one AnsibleFilterError listing all messages.
+Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 """
 
 from __future__ import annotations
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner as split_plan
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator, render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator, gpu_operator_checks, render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 REFUSALS = {
@@ -21,14 +22,12 @@ REFUSALS = {
 }
 
 
-def gpusplit_operator_config(
-    plan, mig_configs=None, clusterpolicies=None, settings=None, nodes=None, daemonsets=None
-):
+def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None, nodes=None, daemonsets=None):
     """What the role gpu_operator applies: ClusterPolicy fields, Helm values, MIG labels, summary."""
     return gpu_operator.operator_config(plan, mig_configs, clusterpolicies, settings, nodes, daemonsets)
 
 
-def gpusplit_mig_configs(hostvars, hosts):
+def mig_configs(hostvars, hosts):
     """{host: gpusplit_mig_config} for the hosts that set one."""
     out = {}
     for host in hosts:
@@ -38,22 +37,22 @@ def gpusplit_mig_configs(hostvars, hosts):
     return out
 
 
-def gpusplit_colliding_plugins(daemonsets, plan, operator_managed=False):
+def colliding_plugins(daemonsets, plan, operator_managed=False):
     """The device-plugin DaemonSets gpusplit does not own that can still run on a split node."""
-    return gpu_operator.colliding_plugin_daemonsets(daemonsets, plan, operator_managed)
+    return gpu_operator_checks.colliding_plugin_daemonsets(daemonsets, plan, operator_managed)
 
 
-def gpusplit_operator_plugin_pods(pods, plan):
+def operator_plugin_pods(pods, plan):
     """Pods of the GPU Operator's device plugin that still run on a split node."""
-    return gpu_operator.operator_plugin_pods_on_split_nodes(pods, plan)
+    return gpu_operator_checks.operator_plugin_pods_on_split_nodes(pods, plan)
 
 
 class FilterModule:
     def filters(self):
         funcs = (
-            gpusplit_operator_config,
-            gpusplit_mig_configs,
-            gpusplit_colliding_plugins,
-            gpusplit_operator_plugin_pods,
+            operator_config,
+            mig_configs,
+            colliding_plugins,
+            operator_plugin_pods,
         )
         return wrap_filters(funcs, REFUSALS)

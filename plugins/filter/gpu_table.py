@@ -1,38 +1,9 @@
-"""Filter gpusplit.k8s.gpu_table: render a fleet GPU report as a plain-text table."""
+"""Filter gpusplit.k8s.gpu_table: render a fleet GPU report as a plain-text table.
+
+Documented in plugins/filter/gpu_table.yml (ansible-doc -t filter gpusplit.k8s.gpu_table).
+"""
 
 from __future__ import annotations
-
-DOCUMENTATION = r"""
----
-name: gpu_table
-short_description: Render a fleet GPU report as a text table
-version_added: "0.1.0"
-description:
-  - Takes a dict host -> {backend, driver_version, cuda_version, msg, gpus} (what
-    C(playbooks/discover.yml) writes to C(out/gpus.json); C(gpus) as in C(ansible_facts.nvidia_gpus))
-    and returns one table with a row per GPU, hosts in name order, GPUs in PCI bus id order.
-  - Columns are node, index, bus id, UUID, name, memory, MIG and health. The reasons of GPUs that are not
-    C(ok) follow the table, one line each. A host without GPUs gets one row saying why.
-author:
-  - gpusplit team
-options:
-  _input:
-    description: The fleet report.
-    type: dict
-    required: true
-"""
-
-EXAMPLES = r"""
-- name: Print the fleet table
-  ansible.builtin.debug:
-    msg: "{{ fleet | gpusplit.k8s.gpu_table }}"
-"""
-
-RETURN = r"""
-_value:
-  description: The table, lines separated by newlines.
-  type: str
-"""
 
 COLUMNS = ("NODE", "IDX", "BUS ID", "UUID", "NAME", "MEMORY", "MIG", "HEALTH")
 

@@ -1,99 +1,91 @@
 """Filters exposing the split planner and the split renderers to playbooks.
 
-    {{ gpusplit_gpus | gpusplit.k8s.gpusplit_plan(inventory_hostname, 'device_plugin', {'count': 2}) }}
-    {{ fleet_input | gpusplit.k8s.gpusplit_fleet_plan }}
-    {{ fleet_plan | gpusplit.k8s.gpusplit_render_daemonsets(settings) }}
-    {{ fleet_plan | gpusplit.k8s.gpusplit_plan_table }}
-    {{ fleet_plan | gpusplit.k8s.gpusplit_prune_scope(base_selector, hostvars | gpusplit.k8s.gpusplit_inventory_nodes(groups['all'])) }}
+    {{ gpusplit_gpus | gpusplit.k8s.node_plan(inventory_hostname, 'device_plugin', {'count': 2}) }}
+    {{ fleet_input | gpusplit.k8s.fleet_plan }}
+    {{ fleet_plan | gpusplit.k8s.render_daemonsets(settings) }}
+    {{ fleet_plan | gpusplit.k8s.plan_table }}
+    {{ fleet_plan | gpusplit.k8s.prune_scope(base_selector, hostvars | gpusplit.k8s.inventory_nodes(groups['all'])) }}
 
 Every refusal of the planner becomes one AnsibleFilterError listing all messages.
+Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 """
 
 from __future__ import annotations
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner as split_plan
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import table
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 REFUSALS = {split_plan.PlanError: "gpusplit split plan", render.RenderError: "gpusplit render"}
 
 
-def gpusplit_plan(facts, host, mode, split=None, mig_strategy="none", exclude_unhealthy=True, node_name=None):
+def node_plan(facts, host, mode, split=None, mig_strategy="none", exclude_unhealthy=True, node_name=None):
     """The split plan of one host from its GPU facts."""
     return split_plan.plan_node(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name)
 
 
-def gpusplit_fleet_plan(hosts):
+def fleet_plan(hosts):
     """The split plan of every host: {host: {facts, mode, split, ...}} -> {nodes, summary, warnings}."""
     return split_plan.plan_fleet(hosts)
 
 
-def gpusplit_plan_table(plan):
+def plan_table(plan):
     """A fixed-width table of a fleet plan (or node plan)."""
-    return split_plan.fleet_table(plan)
+    return table.fleet_table(plan)
 
 
-def gpusplit_render_daemonsets(plan, settings=None):
+def render_daemonsets(plan, settings=None):
     """The per-node split device plugin DaemonSets of a fleet plan (or node plan / list)."""
     return render.render_daemonsets(plan, settings)
 
 
-def gpusplit_prune_scope(plan, base_selector, inventory_nodes):
+def prune_scope(plan, base_selector, inventory_nodes):
     """{selector, kept}: prune only nodes this run planned or that left the inventory."""
     return render.prune_scope(base_selector, plan, inventory_nodes)
 
 
-def gpusplit_departed_nodes(live_nodes, plan, inventory_nodes):
+def departed_nodes(live_nodes, plan, inventory_nodes):
     """Live nodes with gpusplit's labels whose host is gone from the inventory."""
     return render.departed_nodes(live_nodes, plan, inventory_nodes)
 
 
-def gpusplit_release_patches(names):
+def release_patches(names):
     """Node objects that, applied, take gpusplit's labels off those nodes."""
     return render.render_release_patches(names)
 
 
-def gpusplit_render_fleet(plan, settings=None):
+def render_fleet(plan, settings=None):
     """Namespace (when not kube-system) + the DaemonSets, in apply order."""
     return render.render_fleet(plan, settings)
 
 
-def gpusplit_render_daemonset(node_plan, settings=None):
-    """The split device plugin DaemonSet of one node plan."""
-    return render.render_split_daemonset(node_plan, settings)
-
-
-def gpusplit_node_labels(node_plan, operator_managed=False):
-    """The node labels gpusplit sets for one node plan."""
-    return render.node_labels(node_plan, operator_managed)
-
-
-def gpusplit_node_taints(node_plan, taint_enabled=False):
+def node_taints(node_plan, taint_enabled=False):
     """[nvidia.com/gpu=present:NoSchedule] when enabled and the node has Kubernetes GPUs."""
     return render.node_taints(node_plan, taint_enabled)
 
 
-def gpusplit_node_patches(plan, operator_managed=False, gpu_taint=False):
+def node_patches(plan, operator_managed=False, gpu_taint=False):
     """Node objects carrying gpusplit's labels (and the GPU taint mark), one per node plan."""
     return render.render_node_patches(plan, operator_managed, gpu_taint)
 
 
-def gpusplit_gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes):
+def gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes):
     """Live nodes whose GPU taint gpusplit set and now takes off."""
     return render.gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes)
 
 
-def gpusplit_stock_exclusion(existing=None, settings=None):
+def stock_plugin_exclusion(existing=None, settings=None):
     """The patch keeping a stock cluster-wide plugin DaemonSet off split nodes."""
     return render.render_stock_plugin_exclusion(settings, existing)
 
 
-def gpusplit_daemonset_name(node):
+def split_daemonset_name(node):
     """gpusplit-dp-<node> as a DNS-1123 label (<= 63 characters)."""
     return render.daemonset_name(node)
 
 
-def gpusplit_resolve_plugin_settings(settings=None):
+def resolve_plugin_settings(settings=None):
     """The split plugin's settings with every default filled in (render.py holds the defaults)."""
     return render.resolve_settings(settings)
 
@@ -101,21 +93,19 @@ def gpusplit_resolve_plugin_settings(settings=None):
 class FilterModule:
     def filters(self):
         funcs = (
-            gpusplit_plan,
-            gpusplit_fleet_plan,
-            gpusplit_plan_table,
-            gpusplit_render_daemonsets,
-            gpusplit_render_fleet,
-            gpusplit_prune_scope,
-            gpusplit_departed_nodes,
-            gpusplit_release_patches,
-            gpusplit_render_daemonset,
-            gpusplit_node_labels,
-            gpusplit_node_taints,
-            gpusplit_node_patches,
-            gpusplit_gpu_taint_removals,
-            gpusplit_stock_exclusion,
-            gpusplit_daemonset_name,
-            gpusplit_resolve_plugin_settings,
+            node_plan,
+            fleet_plan,
+            plan_table,
+            render_daemonsets,
+            render_fleet,
+            prune_scope,
+            departed_nodes,
+            release_patches,
+            node_taints,
+            node_patches,
+            gpu_taint_removals,
+            stock_plugin_exclusion,
+            split_daemonset_name,
+            resolve_plugin_settings,
         )
         return wrap_filters(funcs, REFUSALS)

@@ -1,56 +1,57 @@
 """Filters that lint GPU workloads and render the admission guard.
 
-    {{ manifests | gpusplit.k8s.gpusplit_workload_lint }}
-    {{ manifests | gpusplit.k8s.gpusplit_workload_lint(allowed_namespaces=['kube-system'], gpu_taint=true) }}
-    {{ findings | gpusplit.k8s.gpusplit_lint_table }}
-    {{ {'name': 'gpusplit-visible-devices'} | gpusplit.k8s.gpusplit_guard_objects }}
+    {{ manifests | gpusplit.k8s.workload_lint }}
+    {{ manifests | gpusplit.k8s.workload_lint(allowed_namespaces=['kube-system'], gpu_taint=true) }}
+    {{ findings | gpusplit.k8s.lint_table }}
+    {{ {'name': 'gpusplit-visible-devices'} | gpusplit.k8s.admission_guard_objects }}
 
 See plugins/plugin_utils/workload_lint.py for the rules and the guard.
+Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 """
 
 from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_lint
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_lint as workload_lint_lib
 
 
-def gpusplit_workload_lint(
+def workload_lint(
     manifests,
-    allowed_namespaces=workload_lint.DEFAULT_ALLOWED_NAMESPACES,
+    allowed_namespaces=workload_lint_lib.DEFAULT_ALLOWED_NAMESPACES,
     gpu_taint=None,
     default_namespace="default",
     check_env_from=True,
 ):
     """[finding] (object, container, rule, severity, message, fix) for the manifests."""
     try:
-        return workload_lint.lint(
+        return workload_lint_lib.lint(
             manifests,
             allowed_namespaces=allowed_namespaces,
             gpu_taint=gpu_taint,
             default_namespace=default_namespace,
             check_env_from=check_env_from,
         )
-    except workload_lint.LintError as exc:
+    except workload_lint_lib.LintError as exc:
         raise AnsibleFilterError(f"gpusplit workload lint: {exc}") from None
 
 
-def gpusplit_lint_table(findings):
-    return workload_lint.lint_table(findings)
+def lint_table(findings):
+    return workload_lint_lib.lint_table(findings)
 
 
-def gpusplit_guard_objects(settings):
+def admission_guard_objects(settings):
     """The ValidatingAdmissionPolicy and its binding, ready for gpusplit.k8s.cluster_apply."""
     try:
-        return workload_lint.guard_objects(settings)
-    except workload_lint.LintError as exc:
+        return workload_lint_lib.guard_objects(settings)
+    except workload_lint_lib.LintError as exc:
         raise AnsibleFilterError(f"gpusplit admission guard refused: {exc}") from None
 
 
 class FilterModule:
     def filters(self):
         return {
-            "gpusplit_workload_lint": gpusplit_workload_lint,
-            "gpusplit_lint_table": gpusplit_lint_table,
-            "gpusplit_guard_objects": gpusplit_guard_objects,
+            "workload_lint": workload_lint,
+            "lint_table": lint_table,
+            "admission_guard_objects": admission_guard_objects,
         }

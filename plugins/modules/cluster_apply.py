@@ -58,7 +58,7 @@ EXAMPLES = r"""
 - name: Apply the split device-plugin DaemonSets and prune those of nodes no longer split
   gpusplit.k8s.cluster_apply:
     kubeconfig: "{{ gpusplit_kubeconfig }}"
-    objects: "{{ gpusplit_fleet_plan | gpusplit.k8s.gpusplit_render_fleet }}"
+    objects: "{{ gpusplit_fleet_plan | gpusplit.k8s.render_fleet }}"
     prune:
       - api_version: apps/v1
         kind: DaemonSet
@@ -105,9 +105,11 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.apply import ApplyError, Cluster, run
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.apply import Cluster, run
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     CLUSTER_ARGS,
+    error_text,
     require_kubernetes,
 )
 
@@ -126,24 +128,24 @@ def main():
     )
     require_kubernetes(module)
     p = module.params
-    try:
-        cluster = Cluster(p["kubeconfig"], p["context"])
-        result = run(
-            cluster,
-            p["objects"],
-            field_manager=p["field_manager"],
-            prune=p["prune"],
-            check_mode=module.check_mode,
-            force=p["force_conflicts"],
-            parallel=p["parallel"],
-        )
-    except ApplyError as exc:
-        module.fail_json(msg=f"nothing was applied: {exc}")
-    except Exception as exc:  # API errors carry the server's own message
-        body = getattr(exc, "body", None)
-        module.fail_json(
-            msg=f"applying to the cluster failed: {body or exc}", exception=traceback.format_exc()
-        )
+    with fail_on_refusal(module):  # ApplyError: refused before any request was sent
+        try:
+            cluster = Cluster(p["kubeconfig"], p["context"])
+            result = run(
+                cluster,
+                p["objects"],
+                field_manager=p["field_manager"],
+                prune=p["prune"],
+                check_mode=module.check_mode,
+                force=p["force_conflicts"],
+                parallel=p["parallel"],
+            )
+        except GpusplitError:
+            raise
+        except Exception as exc:  # API errors carry the server's own message
+            module.fail_json(
+                msg=f"applying to the cluster failed: {error_text(exc)}", exception=traceback.format_exc()
+            )
     for warning in result.pop("warnings", []):
         module.warn(warning)
     diff = result.pop("diff")

@@ -146,8 +146,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.components import APISERVER
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.health import (
-    APISERVER,
     Credentials,
     HealthError,
     base_url,
@@ -158,19 +158,33 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.health
     probe_discovery,
     resolve_endpoints,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
 
 DISCOVERY = "kube-apiserver discovery"
 
 
+def _start_times(given) -> dict:
+    """``started_after`` as ``{component: seconds}`` (empty values dropped)."""
+    times = {}
+    for component, value in (given or {}).items():
+        if value in (None, ""):
+            continue
+        try:
+            times[component] = float(value)
+        except (TypeError, ValueError):
+            raise HealthError(
+                f"started_after.{component} must be a process start time in seconds, not {value!r}"
+            ) from None
+    return times
+
+
 def run(module: AnsibleModule) -> dict:
     p = module.params
-    try:
+    with fail_on_refusal(module):
         endpoints = resolve_endpoints(p["components"], p["endpoints"])
         apiserver_endpoint = resolve_endpoints([APISERVER], p["endpoints"])[APISERVER]
         kubeconfig = load_kubeconfig(p["kubeconfig"], p["context"]) if p["kubeconfig"] else None
-        started_after = {k: float(v) for k, v in (p["started_after"] or {}).items() if v not in (None, "")}
-    except (HealthError, ValueError, TypeError) as exc:
-        module.fail_json(msg=str(exc))
+        started_after = _start_times(p["started_after"])
     api_versions = list(p["api_versions"] or [])
     apiserver_url = p["apiserver_url"] or base_url(apiserver_endpoint["health_url"])
     want_metrics = kubeconfig is not None

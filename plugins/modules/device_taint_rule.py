@@ -8,7 +8,7 @@ short_description: Create, change or remove one DeviceTaintRule and report what 
 version_added: "0.1.0"
 description:
   - Server-side applies one C(resource.k8s.io/v1) DeviceTaintRule (as rendered by the filter
-    C(gpusplit.k8s.gpusplit_dra_isolation_rule)), or deletes it, and waits until
+    C(gpusplit.k8s.dra_isolation_rule)), or deletes it, and waits until
     kube-controller-manager has written its C(EvictionInProgress) condition for the rule's
     present generation.
   - With effect C(None) that condition says how many published and allocated devices the rule
@@ -71,12 +71,12 @@ EXAMPLES = r"""
 - name: Report what isolating GPU gpu-3 of node gpu-a would evict (effect None)
   gpusplit.k8s.device_taint_rule:
     kubeconfig: "{{ gpusplit_kubeconfig }}"
-    definition: "{{ located | gpusplit.k8s.gpusplit_dra_isolation_rule('None', 'ecc') }}"
+    definition: "{{ located | gpusplit.k8s.dra_isolation_rule('None', 'ecc') }}"
   register: isolation
 
 - name: Evict its pods
   gpusplit.k8s.device_taint_rule:
-    definition: "{{ located | gpusplit.k8s.gpusplit_dra_isolation_rule('NoExecute', 'ecc') }}"
+    definition: "{{ located | gpusplit.k8s.dra_isolation_rule('NoExecute', 'ecc') }}"
     wait_eviction: true
 
 - name: Give the GPU back
@@ -120,7 +120,13 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra import dra
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import (
+    API_GROUP_VERSION,
+    EFFECTS,
+    DraError,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.report import rule_report, rule_settled
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.apply import Cluster, is_subset
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     CLUSTER_ARGS,
@@ -128,7 +134,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     require_kubernetes,
 )
 
-API_VERSION = dra.API_GROUP_VERSION
+API_VERSION = API_GROUP_VERSION
 KIND = "DeviceTaintRule"
 
 
@@ -151,7 +157,7 @@ def _wait_gone(cluster, res, name, deadline):
 
 def _wait_settled(cluster, res, name, rule, wait_eviction, deadline):
     """Poll the rule until the controller has reported on its generation; None on timeout."""
-    while not dra.rule_settled(rule, wait_eviction):
+    while not rule_settled(rule, wait_eviction):
         if time.time() > deadline:
             return None
         time.sleep(1)
@@ -164,8 +170,8 @@ def _check_definition(definition):
     if definition.get("apiVersion") != API_VERSION or definition.get("kind") != KIND:
         problems.append(f"definition must be a {API_VERSION} {KIND}")
     effect = ((definition.get("spec") or {}).get("taint") or {}).get("effect")
-    if effect not in dra.EFFECTS:
-        problems.append(f"spec.taint.effect {effect!r} is not one of {', '.join(dra.EFFECTS)}")
+    if effect not in EFFECTS:
+        problems.append(f"spec.taint.effect {effect!r} is not one of {', '.join(EFFECTS)}")
     return problems
 
 
@@ -174,7 +180,7 @@ def run(module, cluster):
     definition = p["definition"]
     name = p["name"] or ((definition or {}).get("metadata") or {}).get("name")
     if not name:
-        module.fail_json(msg="give name, or a definition with metadata.name")
+        raise DraError("give name, or a definition with metadata.name")
     res = cluster.resource(API_VERSION, KIND)
     live = _get(cluster, res, name)
     deadline = time.time() + p["wait_timeout"]
@@ -186,7 +192,7 @@ def run(module, cluster):
                 "name": name,
                 "action": "absent",
                 "rule": None,
-                "report": dra.rule_report(None),
+                "report": rule_report(None),
                 "first_report": None,
             }
         cluster.delete(live, dry_run=module.check_mode)
@@ -199,17 +205,17 @@ def run(module, cluster):
             "name": name,
             "action": "deleted",
             "rule": None,
-            "report": dra.rule_report(None),
+            "report": rule_report(None),
             "first_report": None,
         }
 
     if not definition:
-        module.fail_json(msg="state=present needs a definition")
+        raise DraError("state=present needs a definition")
     definition = dict(definition)
     definition["metadata"] = dict(definition.get("metadata") or {}, name=name)
     problems = _check_definition(definition)
     if problems:
-        module.fail_json(msg="nothing was applied: " + "; ".join(problems))
+        raise DraError("nothing was applied: " + "; ".join(problems))
 
     first_report = None
     created_first = False
@@ -229,7 +235,7 @@ def run(module, cluster):
                 name=name,
                 action="created",
             )
-        first_report = dra.rule_report(live)
+        first_report = rule_report(live)
         created_first = True
 
     if live is not None and is_subset(definition, live) and not p["refresh"]:
@@ -254,7 +260,7 @@ def run(module, cluster):
         settled = _wait_settled(cluster, res, name, rule, p["wait_eviction"], deadline)
         if settled is None:
             rule = _get(cluster, res, name) or rule
-            report = dra.rule_report(rule)
+            report = rule_report(rule)
             what = "finished evicting" if report["current"] else "reported on the rule"
             module.fail_json(
                 msg=(
@@ -274,7 +280,7 @@ def run(module, cluster):
         "name": name,
         "action": action,
         "rule": rule,
-        "report": dra.rule_report(rule),
+        "report": rule_report(rule),
         "first_report": first_report,
     }
 
@@ -299,7 +305,8 @@ def main():
     require_kubernetes(module)
     try:
         cluster = Cluster(module.params["kubeconfig"], module.params["context"])
-        result = run(module, cluster)
+        with fail_on_refusal(module):  # a refused definition: fail_json with the refusal's text
+            result = run(module, cluster)
     except Exception as exc:  # API errors carry the server's own message
         module.fail_json(
             msg=f"DeviceTaintRule: the API request failed: {error_text(exc)}",

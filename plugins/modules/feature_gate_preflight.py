@@ -139,32 +139,31 @@ migrated_feature_gates:
 
 import os
 
-import yaml
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flags import (
-    CONTROL_PLANE,
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.components import CONTROL_PLANE
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flag_values import (
     FlagEditError,
+    flag_map,
     parse_feature_gates,
     parse_runtime_config,
-    parse_static_pod,
-    rancher_component_flags,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import (
-    CatalogError,
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gate_preflight import (
     migrate_gates,
-    supported_minor,
     upgrade_preflight,
     validate_gates,
 )
-
-
-def _as_map(value, parse):
-    if not value:
-        return {}
-    if isinstance(value, dict):
-        return dict(value)
-    return parse(str(value))
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import (
+    CatalogError,
+    supported_minor,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.rancher import (
+    rancher_component_flags,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.static_pod import parse_static_pod
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.yaml_text import load_map
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import read_text
 
 
 def gather_current_flags(module: AnsibleModule) -> dict:
@@ -175,43 +174,40 @@ def gather_current_flags(module: AnsibleModule) -> dict:
             path = os.path.join(p["manifests_dir"], f"{component}.yaml")
             if not os.path.isfile(path):
                 continue
-            with open(path, encoding="utf-8") as handle:
-                pod = parse_static_pod(handle.read())
+            try:
+                pod = parse_static_pod(read_text(path))
+            except FlagEditError as exc:
+                raise FlagEditError(f"{path}: {exc}") from None
             flags[component] = {
                 "feature_gates": pod["feature_gates"],
                 "runtime_config": pod["runtime_config"],
             }
-    texts = []
-    for path in p["rancher_config_files"]:
-        if os.path.isfile(path):
-            with open(path, encoding="utf-8") as handle:
-                texts.append(handle.read())
-    if texts:
-        flags.update(rancher_component_flags(texts))
+    rancher = [(path, read_text(path)) for path in p["rancher_config_files"] if os.path.isfile(path)]
+    if rancher:
+        flags.update(rancher_component_flags([t for _p, t in rancher], [path for path, _t in rancher]))
     if p["kubelet_config"] and os.path.isfile(p["kubelet_config"]):
-        with open(p["kubelet_config"], encoding="utf-8") as handle:
-            kubelet = yaml.safe_load(handle) or {}
+        kubelet = load_map(
+            read_text(p["kubelet_config"]), p["kubelet_config"], of="KubeletConfiguration fields"
+        )
         gates = kubelet.get("featureGates") or {}
         if gates:
             flags["kubelet"] = {"feature_gates": dict(gates), "runtime_config": {}}
     for component, given in (p["current_flags"] or {}).items():
         given = given or {}
         entry = flags.setdefault(component, {"feature_gates": {}, "runtime_config": {}})
-        entry["feature_gates"].update(_as_map(given.get("feature_gates"), parse_feature_gates))
-        entry["runtime_config"].update(_as_map(given.get("runtime_config"), parse_runtime_config))
+        entry["feature_gates"].update(flag_map(given.get("feature_gates"), parse_feature_gates))
+        entry["runtime_config"].update(flag_map(given.get("runtime_config"), parse_runtime_config))
     return flags
 
 
 def run(module: AnsibleModule) -> dict:
     p = module.params
-    try:
+    with fail_on_refusal(module):
         minor = supported_minor(p["version"])
-    except CatalogError as exc:
-        module.fail_json(msg=str(exc))
-    try:
-        current = gather_current_flags(module)
-    except (FlagEditError, yaml.YAMLError, OSError) as exc:
-        module.fail_json(msg=f"cannot read the current control-plane flags: {exc}")
+        try:
+            current = gather_current_flags(module)
+        except GpusplitError as exc:
+            raise FlagEditError(f"cannot read the current control-plane flags: {exc}") from None
 
     errors, warnings, runtime_config = validate_gates(
         minor, p["feature_gates"], allow_uncatalogued=p["allow_uncatalogued"]

@@ -40,7 +40,7 @@ EXAMPLES = r"""
 - name: Verify the split
   gpusplit.k8s.fleet_verify:
     plan: "{{ hostvars['localhost']['gpusplit_fleet_plan'] }}"
-    facts: "{{ hostvars | gpusplit.k8s.gpusplit_fleet_facts(ansible_play_hosts) }}"
+    facts: "{{ hostvars | gpusplit.k8s.fleet_facts(ansible_play_hosts) }}"
     wait_seconds: 60
   register: report
   delegate_to: localhost
@@ -66,6 +66,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     CLUSTER_ARGS,
     api_client,
@@ -98,26 +99,36 @@ def main():
     )
     require_kubernetes(module)
     p = module.params
-    if not isinstance(p["plan"].get("nodes"), dict):
-        module.fail_json(msg="plan: expected a fleet plan with a 'nodes' mapping (from the gpu_plan role)")
+    with fail_on_refusal(module, changed=False):
+        verify.require_fleet_plan(p["plan"])  # a bad plan is refused before the cluster is read
+        report = watch(module, p)
+    module.exit_json(changed=False, report=report, table=verify.report_table(report))
+
+
+def watch(module, p):
+    """The fleet report, re-read while a node is in DRIFT (or a FAIL has not settled) within wait_seconds."""
+    api = reading(module, api_client, p)
+    start = time.time()
+    deadline = start + max(0, p["wait_seconds"])
+    # a FAIL right after an apply can be the old plugin pod or the kubelet's last count:
+    # it must hold for a short settle time before it is reported
+    settle = start + min(FAIL_SETTLE_SECONDS, max(0, p["wait_seconds"]))
+    while True:
+        nodes, pods = reading(module, read_cluster, api)
+        report = verify.verify_fleet(p["plan"], nodes, pods, p["facts"])
+        counts = report["counts"]
+        now = time.time()
+        if now >= deadline or (counts[verify.DRIFT] == 0 and (counts[verify.FAIL] == 0 or now >= settle)):
+            return report
+        time.sleep(2)
+
+
+def reading(module, read, *args):
+    """``read(*args)``; whatever goes wrong reaching the cluster fails the module, saying so."""
     try:
-        api = api_client(p)
-        start = time.time()
-        deadline = start + max(0, p["wait_seconds"])
-        # a FAIL right after an apply can be the old plugin pod or the kubelet's last count:
-        # it must hold for a short settle time before it is reported
-        settle = start + min(FAIL_SETTLE_SECONDS, max(0, p["wait_seconds"]))
-        while True:
-            nodes, pods = read_cluster(api)
-            report = verify.verify_fleet(p["plan"], nodes, pods, p["facts"])
-            counts = report["counts"]
-            now = time.time()
-            if now >= deadline or (counts[verify.DRIFT] == 0 and (counts[verify.FAIL] == 0 or now >= settle)):
-                break
-            time.sleep(2)
+        return read(*args)
     except Exception as exc:
         module.fail_json(msg=f"reading the cluster failed: {error_text(exc)}")
-    module.exit_json(changed=False, report=report, table=verify.report_table(report))
 
 
 if __name__ == "__main__":

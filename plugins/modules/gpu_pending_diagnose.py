@@ -31,6 +31,9 @@ options:
     type: list
     elements: str
     default: [nvidia.com/gpu, nvidia.com/mig-]
+requirements:
+  - common-expression-language == 0.10.0 (Python package, where the module runs; usually the controller) to
+    evaluate the CEL selectors of DeviceClasses and claims; without it they are listed as not evaluated
 extends_documentation_fragment:
   - gpusplit.k8s.cluster
   - gpusplit.k8s.attributes.check_mode_no_diff
@@ -73,12 +76,18 @@ try:
 except ImportError:  # reported by require_kubernetes()
     pass
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose import diagnose
+from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.report import diagnose, report_table
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     CLUSTER_ARGS,
     api_client,
     error_text,
     require_kubernetes,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import (
+    GPU_RESOURCE_PREFIXES,
+    is_unscheduled_pending,
+    wants_gpu,
 )
 
 PODGROUPS = ("scheduling.k8s.io", "v1beta1", "podgroups")
@@ -108,7 +117,7 @@ def read_cluster(api, prefixes):
     custom = client.CustomObjectsApi(api)
     pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
     nodes = api.sanitize_for_serialization(core.list_node().items)
-    pending = [p for p in pods if diagnose.is_unscheduled_pending(p) and diagnose.wants_gpu(p, prefixes)]
+    pending = [p for p in pods if is_unscheduled_pending(p) and wants_gpu(p, prefixes)]
     events = []
     if pending:
         events = api.sanitize_for_serialization(
@@ -136,7 +145,7 @@ def main():
             "resource_prefixes": {
                 "type": "list",
                 "elements": "str",
-                "default": list(diagnose.GPU_RESOURCE_PREFIXES),
+                "default": list(GPU_RESOURCE_PREFIXES),
             },
             **CLUSTER_ARGS,
         },
@@ -145,15 +154,18 @@ def main():
     require_kubernetes(module)
     p = module.params
     prefixes = tuple(p["resource_prefixes"])
-    try:
-        api = api_client(p)
-        pods, nodes, events, podgroups, resource = read_cluster(api, prefixes)
-    except Exception as exc:
-        module.fail_json(msg=f"reading the cluster failed: {error_text(exc)}")
-    report = diagnose.diagnose(
-        pods, nodes, events, podgroups, resource, namespaces=p["namespaces"], prefixes=prefixes
-    )
-    module.exit_json(changed=False, report=report, table=diagnose.report_table(report))
+    with fail_on_refusal(module, changed=False):
+        try:
+            api = api_client(p)
+            pods, nodes, events, podgroups, resource = read_cluster(api, prefixes)
+        except GpusplitError:
+            raise  # a refusal, not a failed read: fail_on_refusal reports it
+        except Exception as exc:
+            module.fail_json(msg=f"reading the cluster failed: {error_text(exc)}")
+        report = diagnose(
+            pods, nodes, events, podgroups, resource, namespaces=p["namespaces"], prefixes=prefixes
+        )
+    module.exit_json(changed=False, report=report, table=report_table(report))
 
 
 if __name__ == "__main__":

@@ -108,11 +108,19 @@ release:
 
 import os
 import tempfile
+import traceback
 
-import yaml
-from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
+try:
+    import yaml
+except ImportError:  # ansible-core brings PyYAML; reported by main() all the same
+    yaml = None
+    YAML_IMPORT_ERROR = traceback.format_exc()
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import helm as H
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import CLUSTER_ARGS
 
 
 def _run(module, cmd, what):
@@ -120,6 +128,71 @@ def _run(module, cmd, what):
     if rc != 0:
         raise H.HelmError(f"{what} failed (exit {rc}): {(err or out).strip()[-2000:]}")
     return out
+
+
+def release(module, helm):
+    """Read the release, decide, and install or upgrade it; the module's result.
+
+    Every refusal is a HelmError that names the release.
+    """
+    p = module.params
+    try:
+        return _release(module, helm, p)
+    except H.HelmError as exc:
+        raise H.HelmError(f"helm release {p['namespace']}/{p['name']}: {exc}") from None
+
+
+def _release(module, helm, p):
+    cluster = {"kubeconfig": p["kubeconfig"], "context": p["context"]}
+    H.check_request(p["name"], p["namespace"], p["chart_ref"], p["chart_version"], p["wait_timeout"])
+    row = H.parse_list(
+        _run(module, H.list_command(helm, p["name"], p["namespace"], **cluster), "helm list"), p["name"]
+    )
+    live_values = (
+        H.parse_values(
+            _run(module, H.values_command(helm, p["name"], p["namespace"], **cluster), "helm get values")
+        )
+        if row
+        else {}
+    )
+    decision = H.decide(row, live_values, p["chart_ref"], p["chart_version"], p["values"])
+    result = {"changed": decision["action"] != "none", "action": decision["action"]}
+    result["reasons"] = decision["reasons"]
+    if module._diff and result["changed"]:
+        result["diff"] = {
+            "before": yaml.safe_dump(live_values, sort_keys=True) if row else "",
+            "after": yaml.safe_dump(p["values"], sort_keys=True),
+            "before_header": f"{p['namespace']}/{p['name']} {row.get('chart') if row else '(not installed)'}",
+            "after_header": f"{p['namespace']}/{p['name']} {H.chart_name_of(p['chart_ref'])}-{p['chart_version']}",
+        }
+    if not result["changed"]:
+        return dict(result, command=[], release=row)
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
+        yaml.safe_dump(p["values"], handle, sort_keys=True)
+        values_file = handle.name
+    try:
+        cmd = H.upgrade_command(
+            helm,
+            p["name"],
+            p["namespace"],
+            p["chart_ref"],
+            p["chart_version"],
+            values_file,
+            repo_url=p["repo_url"],
+            create_namespace=p["create_namespace"],
+            wait=p["wait"],
+            timeout=p["wait_timeout"],
+            **cluster,
+        )
+        if module.check_mode:
+            return dict(result, command=cmd, release=row)
+        _run(module, cmd, f"helm upgrade --install {p['name']}")
+    finally:
+        os.unlink(values_file)
+    after = H.parse_list(
+        _run(module, H.list_command(helm, p["name"], p["namespace"], **cluster), "helm list"), p["name"]
+    )
+    return dict(result, command=cmd, release=after)
 
 
 def main():
@@ -135,70 +208,21 @@ def main():
             "wait": {"type": "bool", "default": False},
             "wait_timeout": {"type": "str", "default": "5m0s"},
             "binary_path": {"type": "path", "default": "helm"},
-            "kubeconfig": {"type": "path"},
-            "context": {"type": "str"},
+            **CLUSTER_ARGS,
         },
         supports_check_mode=True,
     )
+    if yaml is None:
+        module.fail_json(msg=missing_required_lib("PyYAML"), exception=YAML_IMPORT_ERROR)
     p = module.params
     helm = module.get_bin_path(p["binary_path"]) if os.sep not in p["binary_path"] else p["binary_path"]
     if not helm or not os.access(helm, os.X_OK):
         module.fail_json(
             msg=f"the helm binary {p['binary_path']!r} is not found or not executable: install helm 3 or 4"
         )
-    cluster = {"kubeconfig": p["kubeconfig"], "context": p["context"]}
-    try:
-        H.check_request(p["name"], p["namespace"], p["chart_ref"], p["chart_version"], p["wait_timeout"])
-        row = H.parse_list(
-            _run(module, H.list_command(helm, p["name"], p["namespace"], **cluster), "helm list"), p["name"]
-        )
-        live_values = (
-            H.parse_values(
-                _run(module, H.values_command(helm, p["name"], p["namespace"], **cluster), "helm get values")
-            )
-            if row
-            else {}
-        )
-        decision = H.decide(row, live_values, p["chart_ref"], p["chart_version"], p["values"])
-        result = {"changed": decision["action"] != "none", "action": decision["action"]}
-        result["reasons"] = decision["reasons"]
-        if module._diff and result["changed"]:
-            result["diff"] = {
-                "before": yaml.safe_dump(live_values, sort_keys=True) if row else "",
-                "after": yaml.safe_dump(p["values"], sort_keys=True),
-                "before_header": f"{p['namespace']}/{p['name']} {row.get('chart') if row else '(not installed)'}",
-                "after_header": f"{p['namespace']}/{p['name']} {H.chart_name_of(p['chart_ref'])}-{p['chart_version']}",
-            }
-        if not result["changed"]:
-            module.exit_json(command=[], release=row, **result)
-        with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
-            yaml.safe_dump(p["values"], handle, sort_keys=True)
-            values_file = handle.name
-        try:
-            cmd = H.upgrade_command(
-                helm,
-                p["name"],
-                p["namespace"],
-                p["chart_ref"],
-                p["chart_version"],
-                values_file,
-                repo_url=p["repo_url"],
-                create_namespace=p["create_namespace"],
-                wait=p["wait"],
-                timeout=p["wait_timeout"],
-                **cluster,
-            )
-            if module.check_mode:
-                module.exit_json(command=cmd, release=row, **result)
-            _run(module, cmd, f"helm upgrade --install {p['name']}")
-        finally:
-            os.unlink(values_file)
-        after = H.parse_list(
-            _run(module, H.list_command(helm, p["name"], p["namespace"], **cluster), "helm list"), p["name"]
-        )
-        module.exit_json(command=cmd, release=after, **result)
-    except H.HelmError as exc:
-        module.fail_json(msg=f"helm release {p['namespace']}/{p['name']}: {exc}")
+    with fail_on_refusal(module):
+        result = release(module, helm)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

@@ -119,58 +119,55 @@ backup_file:
 
 import os
 
-import yaml
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flags import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flag_values import (
     GATE_EDIT_ARGS,
     FlagEditError,
-    merge_cluster_config_flags,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import (
-    CatalogError,
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gate_preflight import (
     runtime_config_problems,
     validate_gates,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import write_atomic
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import CatalogError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.kubeadm import (
+    load_cluster_config,
+    merge_cluster_config_flags,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import read_text, write_atomic
 
 
-def _cluster_config(text: str) -> dict:
-    for doc in yaml.safe_load_all(text):
-        if isinstance(doc, dict) and doc.get("kind") == "ClusterConfiguration":
-            return doc
-    return {}
+def _merge(p: dict, text: str):
+    """``(new text, {component: {before, after}}, the new ClusterConfiguration as data)``."""
+    new_text = text
+    sections = {}
+    for component in p["components"]:
+        is_api = component == "apiServer"
+        edit = merge_cluster_config_flags(
+            new_text,
+            component,
+            p["feature_gates"],
+            p["runtime_config"] if is_api else None,
+            p["remove_feature_gates"],
+            p["remove_runtime_config"] if is_api else (),
+        )
+        new_text = edit["text"]
+        sections[component] = {"before": edit["before"], "after": edit["after"]}
+    return new_text, sections, load_cluster_config(new_text)
 
 
 def run(module: AnsibleModule) -> dict:
     p = module.params
     path = p["path"]
-    if path:
-        if not os.path.isfile(path):
-            module.fail_json(msg=f"{path} does not exist")
-        with open(path, encoding="utf-8", newline="") as handle:
-            text = handle.read()
-    else:
-        text = p["content"]
-
-    new_text = text
-    sections = {}
-    try:
-        for component in p["components"]:
-            is_api = component == "apiServer"
-            edit = merge_cluster_config_flags(
-                new_text,
-                component,
-                p["feature_gates"],
-                p["runtime_config"] if is_api else None,
-                p["remove_feature_gates"],
-                p["remove_runtime_config"] if is_api else (),
-            )
-            new_text = edit["text"]
-            sections[component] = {"before": edit["before"], "after": edit["after"]}
-        config = _cluster_config(new_text)
-    except (FlagEditError, yaml.YAMLError) as exc:
-        module.fail_json(msg=f"{path or 'content'}: {exc}")
+    if path and not os.path.isfile(path):
+        module.fail_json(msg=f"{path} does not exist")
+    with fail_on_refusal(module):
+        text = read_text(path) if path else p["content"]
+        try:
+            new_text, sections, config = _merge(p, text)
+        except FlagEditError as exc:
+            raise FlagEditError(f"{path or 'content'}: {exc}") from None
 
     result = {
         "changed": new_text != text,

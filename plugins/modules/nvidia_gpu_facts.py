@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: gpusplit contributors
+# Apache-2.0
 """Ansible module gpusplit.k8s.nvidia_gpu_facts: the NVIDIA GPUs of a host, by UUID and PCI bus id."""
 
 from __future__ import annotations
@@ -212,14 +214,15 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import smi as gpu_smi
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.facts import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.processes import annotate_processes
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import (
     HEALTH_DEGRADED,
     HEALTH_LOST,
     HEALTH_OK,
     GpuFactsError,
-    annotate_processes,
 )
 
 ARGUMENT_SPEC = {
@@ -367,10 +370,8 @@ def gather(params, io):
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
-    try:
+    with fail_on_refusal(module):
         result = gather(module.params, HostIO(module))
-    except GpuFactsError as exc:
-        module.fail_json(msg=str(exc))
     for warning in result.pop("warnings"):
         module.warn(warning)
     module.exit_json(**result)

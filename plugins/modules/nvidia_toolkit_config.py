@@ -1,4 +1,6 @@
 #!/usr/bin/python
+# Copyright: gpusplit contributors
+# Apache-2.0
 """Ansible module gpusplit.k8s.nvidia_toolkit_config: set keys in the nvidia-container-runtime config.toml."""
 
 from __future__ import annotations
@@ -59,6 +61,8 @@ options:
     default: present
 notes:
   - Supports check mode and diff mode.
+  - Reads TOML with the standard library's C(tomllib), so the Python that runs the module on the host must
+    be 3.11 or later; an older one refuses with a message naming its version.
   - The toolkit reads the file for every container it starts; no service needs a restart.
   - Under the GPU Operator the toolkit container keeps its own copy of the file; set the same keys through the
     ClusterPolicy C(toolkit.env) there (C(ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED),
@@ -114,12 +118,16 @@ changes:
 """
 
 import os
-import shutil
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import write_atomic
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
+    backup_beside,
+    file_diff,
+    read_text,
+    write_atomic,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.toolkit_config import (
     DEFAULT_PATH,
     HARDENING_SETTINGS,
@@ -132,41 +140,24 @@ def not_installed_message(path):
     return f"nvidia-container-toolkit is not installed on this host: {path} not found"
 
 
-def backup_name(path, now=None):
-    """``<path>.gpusplit-<UTC timestamp>.bak``; never an existing file."""
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
-    candidate = f"{path}.gpusplit-{stamp}.bak"
-    n = 1
-    while os.path.lexists(candidate):
-        candidate = f"{path}.gpusplit-{stamp}.{n}.bak"
-        n += 1
-    return candidate
-
-
 def run(module):
     p = module.params
     path = p["path"]
     real = os.path.realpath(path)
     exists = os.path.exists(real)
-    if exists and not os.path.isfile(real):
-        module.fail_json(msg=f"{path} is not a regular file", path=path)
     if not exists and not p["create"]:
         module.fail_json(msg=not_installed_message(path), path=path, missing=True)
+    with fail_on_refusal(module, path=path):
+        return _run(module, p, path, real, exists)
 
-    if exists:
-        with open(real, "rb") as handle:
-            raw = handle.read()
-        try:
-            before_text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            module.fail_json(msg=f"{path} is not UTF-8 text: {exc}", path=path)
-    else:
-        before_text = ""
 
+def _run(module, p, path, real, exists):
+    """The work of run(); every refusal is a GpusplitError."""
+    before_text = read_text(real, path) if exists else ""
     try:
         edit = edit_config(before_text, p["settings"], name=path)
     except TomlEditError as exc:
-        module.fail_json(msg=f"refusing to edit {path}: {exc}", path=path)
+        raise TomlEditError(f"refusing to edit {path}: {exc}") from None
 
     result = {
         "changed": edit["changed"] or not exists,
@@ -177,22 +168,18 @@ def run(module):
         "changes": edit["changes"],
     }
     if module._diff:
-        result["diff"] = {
-            "before": before_text,
-            "after": edit["text"],
-            "before_header": path if exists else f"{path} (absent)",
-            "after_header": path,
-        }
+        result["diff"] = file_diff(before_text, edit["text"], path if exists else f"{path} (absent)", path)
     if not result["changed"] or module.check_mode:
         return result
 
-    if not exists:
-        os.makedirs(os.path.dirname(os.path.abspath(real)), mode=0o755, exist_ok=True)
-    elif p["backup"]:
-        backup = backup_name(real)
-        shutil.copy2(real, backup)
-        result["backup_file"] = backup
-    write_atomic(module, real, edit["text"], new_file=not exists)
+    try:
+        if not exists:
+            os.makedirs(os.path.dirname(os.path.abspath(real)), mode=0o755, exist_ok=True)
+        elif p["backup"]:
+            result["backup_file"] = backup_beside(real)
+        write_atomic(module, real, edit["text"], new_file=not exists)
+    except OSError as exc:
+        raise GpusplitError(f"cannot write {path}: {exc}") from None
     return result
 
 

@@ -130,29 +130,28 @@ import os
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flags import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flag_values import (
     GATE_EDIT_ARGS,
     FlagEditError,
+    gate_edits_given,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.rancher import (
     merge_rancher_dropin,
     parse_rancher_dropin,
     rancher_component_flags,
     rancher_dropin_problems,
     rancher_read_order,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import backup_copy, write_atomic
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
+    backup_copy,
+    file_diff,
+    is_inside,
+    read_text,
+    write_atomic,
+)
 
 _SUFFIXES = (".yaml", ".yml")
-
-
-def _read(path: str) -> str:
-    with open(path, encoding="utf-8", newline="") as handle:
-        return handle.read()
-
-
-def _inside(child: str, parent: str) -> bool:
-    child = os.path.realpath(child)
-    parent = os.path.realpath(parent)
-    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
 
 
 def config_files(config_dir: str) -> list[tuple[str, str]]:
@@ -160,13 +159,13 @@ def config_files(config_dir: str) -> list[tuple[str, str]]:
     files = []
     main = os.path.join(config_dir, "config.yaml")
     if os.path.isfile(main):
-        files.append(("config.yaml", _read(main)))
+        files.append(("config.yaml", read_text(main)))
     dropins = os.path.join(config_dir, "config.yaml.d")
     if os.path.isdir(dropins):
         for entry in sorted(os.listdir(dropins)):
             full = os.path.join(dropins, entry)
             if entry.lower().endswith(_SUFFIXES) and os.path.isfile(full):
-                files.append((f"config.yaml.d/{entry}", _read(full)))
+                files.append((f"config.yaml.d/{entry}", read_text(full)))
     return rancher_read_order(files)
 
 
@@ -180,7 +179,7 @@ def _flags_of(text: str, what: str) -> dict:
 def _backup(module, path: str, backup_dir: str | None, dropin_dir: str) -> str:
     if not backup_dir:
         module.fail_json(msg=f"backup_dir is required to change or remove the existing drop-in {path}")
-    if _inside(backup_dir, dropin_dir):
+    if is_inside(backup_dir, dropin_dir):
         module.fail_json(
             msg=f"backup_dir {backup_dir} is {dropin_dir} or inside it; k3s/rke2 read the files there"
         )
@@ -193,9 +192,7 @@ def _write(module, path: str, text: str, existed: bool) -> None:
     if module.check_mode:
         return
     os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    write_atomic(module, path, text, new_file=not existed)
-    if not existed:
-        os.chmod(path, 0o600)
+    write_atomic(module, path, text, new_file=not existed, mode=0o600)
 
 
 def run(module: AnsibleModule) -> dict:
@@ -209,12 +206,7 @@ def run(module: AnsibleModule) -> dict:
     path = os.path.join(dropin_dir, name)
     rel = f"config.yaml.d/{name}"
     existed = os.path.isfile(path)
-    before_text = _read(path) if existed else ""
-    editing = [
-        k
-        for k in ("feature_gates", "runtime_config", "remove_feature_gates", "remove_runtime_config")
-        if p[k]
-    ]
+    editing = gate_edits_given(p)
     if p["restore_from"] and editing:
         module.fail_json(msg=f"restore_from puts a whole drop-in back; drop {', '.join(editing)}")
     if p["state"] == "absent" and (editing or p["restore_from"]):
@@ -222,29 +214,33 @@ def run(module: AnsibleModule) -> dict:
             msg="state=absent removes the drop-in; drop " + ", ".join(editing or ["restore_from"])
         )
 
-    try:
-        previous = _flags_of(before_text, path) if existed else {}
-    except FlagEditError as exc:
-        if p["state"] == "present" and not p["restore_from"]:
-            module.fail_json(msg=f"{path}: {exc}")
-        previous = {}  # a broken drop-in is what a rollback repairs
+    with fail_on_refusal(module):
+        before_text = read_text(path) if existed else ""
+        try:
+            previous = _flags_of(before_text, path) if existed else {}
+        except FlagEditError as exc:
+            if p["state"] == "present" and not p["restore_from"]:
+                raise FlagEditError(f"{path}: {exc}") from None
+            previous = {}  # a broken drop-in is what a rollback repairs
     result = {"path": path, "existed": existed, "previous_flags": previous}
 
-    try:
+    with fail_on_refusal(module, **result):
         others = [f for f in config_files(p["config_dir"]) if f[0] != rel]
-        if p["state"] == "absent":
-            after_text = None
-            result["flags"] = {}
-        elif p["restore_from"]:
-            source = p["restore_from"]
-            if not os.path.isfile(source):
-                module.fail_json(
-                    msg=f"restore_from {source} does not exist or is not a file; nothing was changed"
-                )
-            after_text = _read(source)
-            result["restored_from"] = source
+    if p["state"] == "absent":
+        after_text = None
+        result["flags"] = {}
+    elif p["restore_from"]:
+        source = p["restore_from"]
+        if not os.path.isfile(source):
+            module.fail_json(
+                msg=f"restore_from {source} does not exist or is not a file; nothing was changed"
+            )
+        result["restored_from"] = source
+        with fail_on_refusal(module, **result):
+            after_text = read_text(source)
             result["flags"] = _flags_of(after_text, f"restore_from {source}")
-        else:
+    else:
+        with fail_on_refusal(module, **result):
             merged = merge_rancher_dropin(
                 before_text if existed else None,
                 p["feature_gates"],
@@ -254,36 +250,35 @@ def run(module: AnsibleModule) -> dict:
                 header=p["header"],
                 what=path,
             )
-            after_text = merged["text"]
-            result["flags"] = merged["after"]
+        after_text = merged["text"]
+        result["flags"] = merged["after"]
+        with fail_on_refusal(module, **result):
             problems = rancher_dropin_problems(
                 others, rel, after_text, p["feature_gates"], p["runtime_config"]
             )
-            if problems:
-                module.fail_json(
-                    msg=f"{path} would not take effect, nothing was written: " + "; ".join(problems),
-                    problems=problems,
-                    **result,
-                )
-        files = others + ([(rel, after_text)] if after_text is not None else [])
-        ordered = rancher_read_order(files)
+        if problems:
+            module.fail_json(
+                msg=f"{path} would not take effect, nothing was written: " + "; ".join(problems),
+                problems=problems,
+                **result,
+            )
+    ordered = rancher_read_order(others + ([(rel, after_text)] if after_text is not None else []))
+    with fail_on_refusal(module, **result):
         result["effective_flags"] = rancher_component_flags(
             [t for _n, t in ordered], [n for n, _t in ordered]
         )
-    except FlagEditError as exc:
-        module.fail_json(msg=str(exc), **result)
 
     if after_text is None:
         result["changed"] = existed
     else:
         result["changed"] = not existed or after_text != before_text
     if module._diff:
-        result["diff"] = {
-            "before": before_text,
-            "after": after_text or "",
-            "before_header": path if existed else "(absent)",
-            "after_header": path if after_text is not None else "(absent)",
-        }
+        result["diff"] = file_diff(
+            before_text,
+            after_text or "",
+            path if existed else "(absent)",
+            path if after_text is not None else "(absent)",
+        )
     if not result["changed"]:
         return result
 

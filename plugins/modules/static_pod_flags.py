@@ -177,25 +177,29 @@ import stat
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flags import (
-    APISERVER,
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.components import APISERVER
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flag_values import (
     GATE_EDIT_ARGS,
     FlagEditError,
-    edit_static_pod_manifest,
-    parse_static_pod,
+    gate_edits_given,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import (
-    CatalogError,
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gate_preflight import (
     runtime_config_problems,
     validate_gates,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import backup_copy, write_atomic
-
-
-def _inside(child: str, parent: str) -> bool:
-    child = os.path.realpath(child)
-    parent = os.path.realpath(parent)
-    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import CatalogError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.static_pod import (
+    edit_static_pod_manifest,
+    parse_static_pod,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
+    backup_copy,
+    file_diff,
+    is_inside,
+    read_text,
+    write_atomic,
+)
 
 
 def check_backup_dir(backup_dir: str | None, manifest: str) -> str | None:
@@ -203,7 +207,7 @@ def check_backup_dir(backup_dir: str | None, manifest: str) -> str | None:
     if not backup_dir:
         return "backup_dir is required when the manifest changes"
     manifest_dir = os.path.dirname(os.path.realpath(manifest))
-    if _inside(backup_dir, manifest_dir):
+    if is_inside(backup_dir, manifest_dir):
         return (
             f"backup_dir {backup_dir} is the manifest directory {manifest_dir} or inside it; the kubelet "
             "runs every file there as a static pod, so a backup there would start a second "
@@ -212,38 +216,32 @@ def check_backup_dir(backup_dir: str | None, manifest: str) -> str | None:
     return None
 
 
-def _read(path: str) -> str:
-    with open(path, encoding="utf-8", newline="") as handle:
-        return handle.read()
-
-
 def restore(module: AnsibleModule) -> dict:
     """Put ``restore_from`` back as the manifest ``path``, through a dot-file and a rename."""
     p = module.params
     path, source = p["path"], p["restore_from"]
-    clashing = [
-        name
-        for name in ("feature_gates", "runtime_config", "remove_feature_gates", "remove_runtime_config")
-        if p[name]
-    ] + (["validate_version"] if p["validate_version"] else [])
+    clashing = gate_edits_given(p) + (["validate_version"] if p["validate_version"] else [])
     if clashing:
         module.fail_json(msg=f"restore_from puts a whole manifest back; drop {', '.join(clashing)}")
     if not os.path.isfile(source):
         module.fail_json(msg=f"restore_from {source} does not exist or is not a file; nothing was changed")
-    if _inside(source, os.path.dirname(os.path.realpath(path))) and os.path.realpath(
+    if is_inside(source, os.path.dirname(os.path.realpath(path))) and os.path.realpath(
         source
     ) != os.path.realpath(path):
         module.fail_json(
             msg=f"restore_from {source} lies in the manifest directory of {path}, where the kubelet runs it "
             "as a static pod of its own; a backup belongs outside it (backup_dir)"
         )
-    text = _read(source)
-    try:
-        wanted = parse_static_pod(text, p["container"])
-    except FlagEditError as exc:
-        module.fail_json(msg=f"restore_from {source} is no static-pod manifest ({exc}); nothing was changed")
-    exists = os.path.isfile(path)
-    before_text = _read(path) if exists else ""
+    with fail_on_refusal(module):
+        text = read_text(source)
+        try:
+            wanted = parse_static_pod(text, p["container"])
+        except FlagEditError as exc:
+            raise FlagEditError(
+                f"restore_from {source} is no static-pod manifest ({exc}); nothing was changed"
+            ) from None
+        exists = os.path.isfile(path)
+        before_text = read_text(path) if exists else ""
     if exists:
         try:
             current = parse_static_pod(before_text, p["container"])["component"]
@@ -273,11 +271,10 @@ def restore(module: AnsibleModule) -> dict:
     result.setdefault("previous_feature_gates", {})
     result.setdefault("previous_runtime_config", {})
     if module._diff:
-        result["diff"] = {"before": before_text, "after": text, "before_header": path, "after_header": path}
+        result["diff"] = file_diff(before_text, text, path)
     if result["changed"] and not module.check_mode:
-        write_atomic(module, path, text, new_file=not exists)
-        if not exists:  # the backup kept the manifest's mode (0600 from kubeadm)
-            os.chmod(path, stat.S_IMODE(os.stat(source).st_mode))
+        # a new file gets the backup's mode, which kept the manifest's (0600 from kubeadm)
+        write_atomic(module, path, text, new_file=not exists, mode=stat.S_IMODE(os.stat(source).st_mode))
     return result
 
 
@@ -288,18 +285,19 @@ def run(module: AnsibleModule) -> dict:
     path = p["path"]
     if not os.path.isfile(path):
         module.fail_json(msg=f"manifest {path} does not exist")
-    before_text = _read(path)
-    try:
-        edit = edit_static_pod_manifest(
-            before_text,
-            p["feature_gates"],
-            p["runtime_config"],
-            p["remove_feature_gates"],
-            p["remove_runtime_config"],
-            container=p["container"],
-        )
-    except FlagEditError as exc:
-        module.fail_json(msg=f"{path}: {exc}")
+    with fail_on_refusal(module):
+        before_text = read_text(path)
+        try:
+            edit = edit_static_pod_manifest(
+                before_text,
+                p["feature_gates"],
+                p["runtime_config"],
+                p["remove_feature_gates"],
+                p["remove_runtime_config"],
+                container=p["container"],
+            )
+        except FlagEditError as exc:
+            raise FlagEditError(f"{path}: {exc}") from None
 
     if edit["component"] != APISERVER and edit["after"]["runtime_config"]:
         module.fail_json(
@@ -349,12 +347,7 @@ def run(module: AnsibleModule) -> dict:
             )
 
     if module._diff:
-        result["diff"] = {
-            "before": before_text,
-            "after": edit["text"],
-            "before_header": path,
-            "after_header": path,
-        }
+        result["diff"] = file_diff(before_text, edit["text"], path)
     if not edit["changed"]:
         return result
 

@@ -25,7 +25,7 @@ def wrap(func, refusals):
     """``func`` raising AnsibleFilterError for the exception types in ``refusals`` ({type: title}).
 
     The first matching type (in the order given) names the refusal; a title of None uses the
-    filter's own name.
+    filter's own name as a playbook spells it (``gpusplit.k8s.<name>``).
     """
     kinds = tuple(refusals)
 
@@ -35,11 +35,11 @@ def wrap(func, refusals):
             return func(*args, **kwargs)
         except kinds as exc:
             title = next(t for k, t in refusals.items() if isinstance(exc, k))
-            raise AnsibleFilterError(refusal_text(title or func.__name__, exc)) from None
+            raise AnsibleFilterError(refusal_text(title or f"gpusplit.k8s.{func.__name__}", exc)) from None
 
     return run
 
 
 def filters(funcs, refusals):
-    """{name: wrapped filter} for a FilterModule."""
+    """{name: wrapped filter} for a FilterModule: each function's name is its filter's name."""
     return {f.__name__: wrap(f, refusals) for f in funcs}

@@ -1,6 +1,6 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""GPU Operator mode: the one ClusterPolicy, the MIG config labels and the plugin collisions. Pure.
+"""GPU Operator mode: the one ClusterPolicy, the Helm values, what the role gpu_operator does. Pure.
 
 The GPU Operator reconciles a single ClusterPolicy for the whole cluster, so "one ClusterPolicy per
 node" cannot work. What does: the operator keeps driver, container toolkit, GFD and DCGM on every
@@ -21,7 +21,9 @@ This module decides, from the fleet plan and what was read from the cluster (no 
 - which device-plugin DaemonSets that gpusplit does not own can still land on a split node
   (the operator's plugin cannot: it is gated by the label above).
 
-See docs/gpu-operator.md.
+The checks over the fleet plan (MIG strategy, MIG configs, plugin hardening, collisions) are in
+``gpu_operator_checks.py``; the nodes the operator manages are those whose mode says
+``operator_managed`` in the mode table (``module_utils/_split/modes.py``). See docs/gpu-operator.md.
 """
 
 from __future__ import annotations
@@ -29,19 +31,28 @@ from __future__ import annotations
 import copy
 import re
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.diagnose import requirement_matches
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.chart import deep_merge
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
+from ansible_collections.gpusplit.k8s.plugins.module_utils._settings import with_defaults
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import (
-    DEVICE_PLUGIN_MODES,
     MIG_STRATEGIES,
+    SHARE_KUBERNETES,
     node_plans,
 )
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.gpu_operator_checks import (
+    LABEL_DEVICE_PLUGIN,
+    MIG_CONFIG_DISABLED,
+    check_plugin_hardening,
+    colliding_plugin_daemonsets,
+    dig,
+    fleet_mig_strategy,
+    mig_config_labels,
+    operator_nodes,
+)
 
 API_VERSION = "nvidia.com/v1"
 KIND = "ClusterPolicy"
-MODE = "gpu_operator"
 
 # nvidia-container-toolkit's installer (the operator's toolkit container) reads these variables
 # (NVIDIA/nvidia-container-toolkit cmd/nvidia-ctk-installer/toolkit/toolkit.go, `EnvVars:`) and
@@ -52,17 +63,9 @@ TOOLKIT_HARDENING_ENV = (
 )
 # the operator's own plugin (unsplit nodes) under a hardened toolkit without CDI
 OPERATOR_PLUGIN_HARDENING_ENV = (("DEVICE_LIST_STRATEGY", "volume-mounts"),)
-PLUGIN_HARDENING_NEEDED = "volume-mounts"
 
-LABEL_DEPLOY_PREFIX = "nvidia.com/gpu.deploy."
-LABEL_DEVICE_PLUGIN = render.LABEL_OPERATOR_DEVICE_PLUGIN  # nvidia.com/gpu.deploy.device-plugin
 LABEL_MIG_CONFIG = "nvidia.com/mig.config"
 LABEL_MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
-MIG_CONFIG_DISABLED = "all-disabled"
-# mig-parted's stock configs that do not give one profile per GPU (mig_strategy single needs one)
-MIG_CONFIGS_NOT_SINGLE = ("all-enabled", "all-balanced")
-_MIG_CONFIG_ONE_PROFILE = re.compile(r"^all-\d+g\.\d+gb(\+me)?$")
-_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 INSTALL_CHOICES = ("auto", "helm", "skip")
 
@@ -90,19 +93,7 @@ class OperatorError(GpusplitError):
 
 
 def resolve_settings(settings=None):
-    if settings is None:
-        settings = {}
-    if not isinstance(settings, dict):
-        raise OperatorError([f"settings: expected a mapping, got {type(settings).__name__}"])
-    unknown = sorted(str(k) for k in settings if k not in DEFAULT_SETTINGS)
-    if unknown:
-        raise OperatorError(
-            [f"settings: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(DEFAULT_SETTINGS)})"]
-        )
-    out = copy.deepcopy(DEFAULT_SETTINGS)
-    for key, value in settings.items():
-        if value is not None:
-            out[key] = value
+    out = with_defaults(settings, DEFAULT_SETTINGS, "settings", OperatorError)
     errors = []
     if out["install"] not in INSTALL_CHOICES:
         errors.append(
@@ -183,24 +174,16 @@ def owned_field_paths(obj, manager):
     return paths
 
 
-def _dig(obj, *path, default=None):
-    for key in path:
-        if not isinstance(obj, dict) or key not in obj:
-            return default
-        obj = obj[key]
-    return obj
-
-
 # --------------------------------------------------------------------------------------------
 # which ClusterPolicy
 
 
 def _created(cp):
-    return _dig(cp, "metadata", "creationTimestamp") or ""
+    return dig(cp, "metadata", "creationTimestamp") or ""
 
 
 def _state(cp):
-    return _dig(cp, "status", "state") or "unknown"
+    return dig(cp, "status", "state") or "unknown"
 
 
 def select_clusterpolicy(items, wanted=None):
@@ -210,7 +193,7 @@ def select_clusterpolicy(items, wanted=None):
     the others ``status.state: ignored``. Returns None when there is none, else
     {"active", "managed", "policies": [{name, created, state, active}], "warnings"}.
     """
-    items = [i for i in items or [] if _dig(i, "metadata", "name")]
+    items = [i for i in items or [] if dig(i, "metadata", "name")]
     if not items:
         if wanted:
             return _refuse_missing(wanted, [])
@@ -283,227 +266,11 @@ def _refuse_missing(wanted, names):
 
 
 # --------------------------------------------------------------------------------------------
-# fleet checks: MIG strategy, MIG configs, plugin hardening
-
-
-def operator_nodes(plan):
-    return [p for p in node_plans(plan) if p["mode"] == MODE]
-
-
-def fleet_mig_strategy(plan, requested=None):
-    """(strategy or None, errors): the one MIG strategy of every gpu_operator node."""
-    by_strategy = {}
-    for p in operator_nodes(plan):
-        by_strategy.setdefault(p["mig_strategy"], []).append(p["host"])
-    errors = []
-    if len(by_strategy) > 1:
-        detail = "; ".join(f"{s}: {', '.join(hosts)}" for s, hosts in sorted(by_strategy.items()))
-        errors.append(
-            "the GPU Operator has one MIG strategy for the whole cluster (ClusterPolicy "
-            f"spec.mig.strategy), but the gpu_operator nodes ask for several ({detail}). Give every "
-            "gpu_operator node the same gpusplit_mig_strategy: single also serves nodes without MIG "
-            "(whole GPUs), mixed serves several MIG profiles"
-        )
-        return None, errors
-    strategy = next(iter(by_strategy), None)
-    if requested is not None and strategy is not None and requested != strategy:
-        errors.append(
-            f"gpusplit_operator_mig_strategy is {requested}, but the gpu_operator nodes use "
-            f"{strategy} ({', '.join(by_strategy[strategy])}); the split plugins and the operator must agree"
-        )
-        return None, errors
-    return (requested if strategy is None else strategy), errors
-
-
-def mig_config_labels(plan, configs, migmanager_enabled=True):
-    """({node: config}, errors, warnings) for ``configs`` = {host: gpusplit_mig_config}."""
-    plans = {p["host"]: p for p in node_plans(plan)}
-    labels, errors, warnings = {}, [], []
-    for host in sorted(configs or {}, key=str):
-        config = configs[host]
-        if config in (None, ""):
-            continue
-        p = plans.get(host)
-        if p is None:
-            continue  # not in this play's plan
-        if not isinstance(config, str) or not _LABEL_VALUE_RE.match(config) or len(config) > 63:
-            errors.append(f"{host}: gpusplit_mig_config {config!r} is not a valid label value")
-            continue
-        if p["mode"] != MODE:
-            errors.append(
-                f"{host}: gpusplit_mig_config {config!r} needs the GPU Operator's MIG manager, but the "
-                f"node is in mode {p['mode']} (set gpusplit_mode gpu_operator, or configure MIG yourself)"
-            )
-            continue
-        strategy = p["mig_strategy"]
-        if strategy == "none" and config != MIG_CONFIG_DISABLED:
-            errors.append(
-                f"{host}: gpusplit_mig_config {config!r} enables MIG, but gpusplit_mig_strategy is none: "
-                "the plugin would advertise the MIG GPUs as whole GPUs. Use single or mixed"
-            )
-            continue
-        if strategy == "single" and config in MIG_CONFIGS_NOT_SINGLE:
-            errors.append(
-                f"{host}: gpusplit_mig_config {config!r} does not give every GPU one MIG profile, which "
-                "mig_strategy single needs; use an all-<profile> config or mig_strategy mixed"
-            )
-            continue
-        if (
-            strategy == "single"
-            and config != MIG_CONFIG_DISABLED
-            and not _MIG_CONFIG_ONE_PROFILE.match(config)
-        ):
-            warnings.append(
-                f"{host}: gpusplit_mig_config {config!r} is not a stock all-<profile> config; with "
-                "mig_strategy single it must give every GPU of the Kubernetes share the same profile"
-            )
-        labels[p["node"]] = config
-    if labels and not migmanager_enabled:
-        errors.append(
-            f"gpusplit_mig_config is set for {', '.join(sorted(labels))}, but the ClusterPolicy has "
-            "spec.migManager.enabled false: nothing would apply the nvidia.com/mig.config label. "
-            "Enable the MIG manager or remove gpusplit_mig_config"
-        )
-    return labels, errors, warnings
-
-
-def check_plugin_hardening(plan, plugin_hardening, toolkit_hardening):
-    """Errors when a hardened toolkit would hide the GPUs from the split plugins (docs/hardening.md)."""
-    if not toolkit_hardening or plugin_hardening == PLUGIN_HARDENING_NEEDED:
-        return []
-    hosts = [
-        p["host"] for p in node_plans(plan) if p["mode"] in DEVICE_PLUGIN_MODES and p["kubernetes_count"] > 0
-    ]
-    if not hosts:
-        return []
-    return [
-        "gpusplit_operator_toolkit_hardening sets ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED="
-        "false in the operator's toolkit, so an unprivileged split plugin no longer gets its own "
-        f"NVIDIA_VISIBLE_DEVICES honoured; the split plugins of {', '.join(hosts)} run with hardening "
-        f"{plugin_hardening!r} and would advertise 0 GPUs. Set gpusplit_plugin_settings.hardening: "
-        "volume-mounts (DEVICE_LIST_STRATEGY=volume-mounts, CAP_SYS_ADMIN, never privileged), or set "
-        "gpusplit_operator_toolkit_hardening: false"
-    ]
-
-
-# --------------------------------------------------------------------------------------------
-# collisions: unmanaged device plugins that can still land on a split node
-
-
-def _pod_spec(obj):
-    if obj.get("kind") == "DaemonSet" or "template" in (obj.get("spec") or {}):
-        return _dig(obj, "spec", "template", "spec", default={}) or {}
-    return obj.get("spec") or {}
-
-
-def _term_may_match(term, node, labels):
-    exprs = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not exprs and not fields:
-        return False  # an empty term matches no node
-    for expr in exprs:
-        if expr.get("key") in labels and not requirement_matches(expr, labels):
-            return False
-    for field in fields:
-        if field.get("key") == "metadata.name" and not requirement_matches(
-            {**field, "key": "name"}, {"name": node}
-        ):
-            return False
-    return True
-
-
-def may_run_on(pod_spec, node, known_labels):
-    """False only when the pod spec cannot select ``node`` given the labels gpusplit sets there.
-
-    Labels gpusplit does not set are unknown, so a selector on them may match (conservative).
-    """
-    for key, value in (pod_spec.get("nodeSelector") or {}).items():
-        if key in known_labels and known_labels[key] != value:
-            return False
-    required = _dig(pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
-    terms = (required or {}).get("nodeSelectorTerms") or []
-    if required and not any(_term_may_match(t, node, known_labels) for t in terms):
-        return False
-    return True
-
-
-def _other_operator_operand(pod_spec):
-    """The operator gates each operand by its own nvidia.com/gpu.deploy.<operand>=true label.
-
-    GPU feature discovery runs from the k8s-device-plugin image too, but only the device-plugin
-    operand advertises GPUs: any other gated operand is not a device plugin.
-    """
-    gates = {
-        k
-        for k, v in (pod_spec.get("nodeSelector") or {}).items()
-        if k.startswith(LABEL_DEPLOY_PREFIX) and v == "true"
-    }
-    required = _dig(pod_spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution")
-    terms = (required or {}).get("nodeSelectorTerms") or []
-    if terms:
-        per_term = []
-        for term in terms:
-            per_term.append(
-                {
-                    e.get("key")
-                    for e in term.get("matchExpressions") or []
-                    if str(e.get("key", "")).startswith(LABEL_DEPLOY_PREFIX)
-                    and e.get("operator") == "In"
-                    and e.get("values") == ["true"]
-                }
-            )
-        if all(per_term):
-            gates |= set.intersection(*per_term)
-    return bool(gates) and LABEL_DEVICE_PLUGIN not in gates
-
-
-def colliding_plugin_daemonsets(daemonsets, plan, operator_managed=False):
-    """The device-plugin DaemonSets gpusplit does not own that can run on a split node.
-
-    A DaemonSet is left out when its pod template cannot select any split node given the labels
-    gpusplit sets on them (render.node_labels): the GPU Operator's plugin requires
-    nvidia.com/gpu.deploy.device-plugin=true, which is false on every split node in mode
-    gpu_operator (and in any mode with operator_managed); a stock plugin already kept off with
-    gpusplit.io/split NotIn [true]. Other operator operands (GFD) are no device plugins.
-    """
-    split = [p for p in node_plans(plan) if p["split"]]
-    out = []
-    for ds in verify.unmanaged_plugin_daemonsets(daemonsets):
-        spec = _pod_spec(ds)
-        if _other_operator_operand(spec):
-            continue
-        if any(may_run_on(spec, p["node"], render.node_labels(p, operator_managed)) for p in split):
-            out.append(ds)
-    return out
-
-
-def operator_plugin_pods_on_split_nodes(pods, plan):
-    """Pods of the operator's device plugin (gated by the device-plugin label) still on split nodes."""
-    split = {p["node"] for p in node_plans(plan) if p["split"]}
-    out = []
-    for pod in pods or []:
-        spec = pod.get("spec") or {}
-        if spec.get("nodeName") not in split:
-            continue
-        if not any(verify.is_device_plugin_container(c) for c in spec.get("containers") or []):
-            continue
-        if ((pod.get("metadata") or {}).get("labels") or {}).get(
-            render.LABEL_MANAGED_BY
-        ) == render.MANAGED_BY:
-            continue
-        if (spec.get("nodeSelector") or {}).get(LABEL_DEVICE_PLUGIN) == "true" or not may_run_on(
-            spec, spec["nodeName"], {LABEL_DEVICE_PLUGIN: "false"}
-        ):
-            out.append(pod)
-    return out
-
-
-# --------------------------------------------------------------------------------------------
 # what gpusplit owns: ClusterPolicy fields and Helm values
 
 
 def _cdi_enabled(spec_or_values):
-    value = _dig(spec_or_values, "cdi", "enabled")
+    value = dig(spec_or_values, "cdi", "enabled")
     return True if value is None else bool(value)  # the CRD and the chart default to true
 
 
@@ -518,7 +285,7 @@ def owned_spec(live, settings, strategy, manager):
     out, notes = {}, []
 
     def env_field(section, wanted_pairs):
-        live_env = _dig(spec, section, "env")
+        live_env = dig(spec, section, "env")
         if wanted_pairs:
             merged, changed = merge_env(live_env, wanted_pairs)
             notes.extend(f"spec.{section}.env {n}" for n in changed)
@@ -529,7 +296,7 @@ def owned_spec(live, settings, strategy, manager):
     env_field("toolkit", TOOLKIT_HARDENING_ENV if settings["toolkit_hardening"] else ())
     hardened_plugin = settings["toolkit_hardening"] and not _cdi_enabled(spec)
     env_field("devicePlugin", OPERATOR_PLUGIN_HARDENING_ENV if hardened_plugin else ())
-    live_strategy = _dig(spec, "mig", "strategy")
+    live_strategy = dig(spec, "mig", "strategy")
     if strategy is not None:
         if live_strategy not in (None, strategy):
             notes.append(f"spec.mig.strategy {live_strategy!r} replaced by {strategy!r}")
@@ -546,20 +313,10 @@ def render_clusterpolicy(name, spec):
         api_version=API_VERSION,
         kind=KIND,
         name=name,
-        toolkit_env=_dig(spec, "toolkit", "env"),
-        device_plugin_env=_dig(spec, "devicePlugin", "env"),
-        mig_strategy=_dig(spec, "mig", "strategy"),
+        toolkit_env=dig(spec, "toolkit", "env"),
+        device_plugin_env=dig(spec, "devicePlugin", "env"),
+        mig_strategy=dig(spec, "mig", "strategy"),
     )
-
-
-def _deep_merge(base, over):
-    out = copy.deepcopy(base)
-    for key, value in (over or {}).items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _deep_merge(out[key], value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
 
 
 def helm_values(settings, strategy):
@@ -568,18 +325,18 @@ def helm_values(settings, strategy):
     notes = []
     owned = {}
     if settings["toolkit_hardening"]:
-        merged, changed = merge_env(_dig(values, "toolkit", "env"), TOOLKIT_HARDENING_ENV)
+        merged, changed = merge_env(dig(values, "toolkit", "env"), TOOLKIT_HARDENING_ENV)
         notes.extend(f"toolkit.env {n}" for n in changed)
         owned["toolkit"] = {"env": merged}
         if not _cdi_enabled(values):
-            merged, changed = merge_env(_dig(values, "devicePlugin", "env"), OPERATOR_PLUGIN_HARDENING_ENV)
+            merged, changed = merge_env(dig(values, "devicePlugin", "env"), OPERATOR_PLUGIN_HARDENING_ENV)
             notes.extend(f"devicePlugin.env {n}" for n in changed)
             owned["devicePlugin"] = {"env": merged}
     if strategy is not None:
-        if _dig(values, "mig", "strategy") not in (None, strategy):
-            notes.append(f"mig.strategy {_dig(values, 'mig', 'strategy')!r} replaced by {strategy!r}")
+        if dig(values, "mig", "strategy") not in (None, strategy):
+            notes.append(f"mig.strategy {dig(values, 'mig', 'strategy')!r} replaced by {strategy!r}")
         owned["mig"] = {"strategy": strategy}
-    return _deep_merge(values, owned), notes
+    return deep_merge(values, owned), notes
 
 
 def render_mig_label(node, config):
@@ -629,9 +386,7 @@ def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None,
             "the GPU Operator is not installed (no ClusterPolicy in the cluster) and "
             "gpusplit_operator_install is skip: install the chart or set gpusplit_operator_install to auto"
         )
-    migmanager = (
-        _dig(live, "spec", "migManager", "enabled") if live else _dig(values, "migManager", "enabled")
-    )
+    migmanager = dig(live, "spec", "migManager", "enabled") if live else dig(values, "migManager", "enabled")
     labels, errs, warns = mig_config_labels(plan, mig_configs, migmanager is not False)
     errors.extend(errs)
     warnings.extend(warns)
@@ -680,10 +435,10 @@ def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None,
     )
     planned = {p["node"] for p in node_plans(plan)}
     unsplit = sorted(
-        _dig(n, "metadata", "name")
+        dig(n, "metadata", "name")
         for n in nodes or []
-        if (_dig(n, "metadata", "labels") or {}).get(render.LABEL_GPU_PRESENT) == "true"
-        and _dig(n, "metadata", "name") not in planned
+        if (dig(n, "metadata", "labels") or {}).get(render.LABEL_GPU_PRESENT) == "true"
+        and dig(n, "metadata", "name") not in planned
     )
     if unsplit:
         summary.append(
@@ -691,7 +446,7 @@ def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None,
         )
     summary.extend(_mig_report(plan, labels, nodes, s["node_field_manager"], warnings))
 
-    namespace = _dig(live, "status", "namespace") or s["namespace"]
+    namespace = dig(live, "status", "namespace") or s["namespace"]
     return {
         "helm": helm,
         "helm_values": values,
@@ -707,7 +462,7 @@ def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None,
 
 def _mig_report(plan, labels, nodes, node_manager, warnings):
     lines = []
-    live = {_dig(n, "metadata", "name"): n for n in nodes or []}
+    live = {dig(n, "metadata", "name"): n for n in nodes or []}
     plans = {p["node"]: p for p in node_plans(plan)}
     for p in operator_nodes(plan):
         if p["kubernetes_mig_uuids"] and p["node"] not in labels:
@@ -718,7 +473,7 @@ def _mig_report(plan, labels, nodes, node_manager, warnings):
         line = f"{node}: {LABEL_MIG_CONFIG}={config}"
         if migs:
             line += f"; Kubernetes gets MIG devices {', '.join(migs)}"
-        node_labels = _dig(live.get(node), "metadata", "labels") or {}
+        node_labels = dig(live.get(node), "metadata", "labels") or {}
         state = node_labels.get(LABEL_MIG_CONFIG_STATE)
         if node in live and node_labels.get(LABEL_MIG_CONFIG) == config and state not in (None, "success"):
             warnings.append(
@@ -726,7 +481,7 @@ def _mig_report(plan, labels, nodes, node_manager, warnings):
                 "is success, so that the plan counts the new MIG devices"
             )
         wants_mig = config != MIG_CONFIG_DISABLED
-        kube_gpus = [g for g in p["gpus"] if g["share"] == "kubernetes"]
+        kube_gpus = [g for g in p["gpus"] if g["share"] == SHARE_KUBERNETES]
         if wants_mig and kube_gpus and not any(g["mig_enabled"] for g in kube_gpus):
             warnings.append(
                 f"{node}: {LABEL_MIG_CONFIG}={config} asks for MIG but no GPU of the Kubernetes share has "
@@ -737,7 +492,7 @@ def _mig_report(plan, labels, nodes, node_manager, warnings):
     for node, obj in sorted(live.items()):
         if node in labels or node is None:
             continue
-        value = (_dig(obj, "metadata", "labels") or {}).get(LABEL_MIG_CONFIG)
+        value = (dig(obj, "metadata", "labels") or {}).get(LABEL_MIG_CONFIG)
         if value is not None and ("metadata", "labels", LABEL_MIG_CONFIG) in owned_field_paths(
             obj, node_manager
         ):

@@ -1,6 +1,8 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
 """Pure rendering of the host side of a node's GPU split.
 
-From one node plan (``split_plan.plan_node``) this renders the texts the role ``gpu_host`` writes:
+From one node plan (``_split/planner.plan_node``) this renders the texts the role ``gpu_host`` writes:
 
 * ``/etc/gpusplit/host-gpus.env``: ``KEY=VALUE`` lines (usable as a systemd ``EnvironmentFile=``
   and by ``set -a; . host-gpus.env``) naming the host's GPUs and Kubernetes' GPUs by UUID;
@@ -23,11 +25,12 @@ import posixpath
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import (
-    MODES,
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import (
     normalize_pci_bus_id,
     normalize_uuid,
+    pci_sort_key,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import SHARE_NONE, get_mode
 
 MARKER = "# Managed by gpusplit (gpusplit.k8s.gpu_host)."
 DROPIN_NAME = "50-gpusplit.conf"
@@ -101,13 +104,7 @@ def _pci_order(plan, uuids):
                 pci[normalize_uuid(g["uuid"])] = bus
     if not all(u in pci for u in uuids):
         return list(uuids)
-
-    def key(u):
-        domain, bus, rest = pci[u].split(":")
-        dev, fn = rest.split(".")
-        return (int(domain, 16), int(bus, 16), int(dev, 16), int(fn, 16))
-
-    return sorted(uuids, key=key)
+    return sorted(uuids, key=lambda u: pci_sort_key(pci[u]))
 
 
 def _env_value(host, key, value, errors):
@@ -144,8 +141,11 @@ def host_share(plan, services=None, root="/"):
             [f"{host}: node plan: missing key(s) {', '.join(missing)} (pass the planner's node plan)"]
         )
     mode = plan["mode"]
-    if mode not in MODES:
-        errors.append(f"{host}: node plan: mode {mode!r} is not one of {', '.join(MODES)}")
+    info = None
+    try:
+        info = get_mode(mode, where=f"{host}: node plan")
+    except GpusplitError as exc:
+        errors.extend(exc.errors)
     host_uuids = _uuid_list(host, "host_uuids", plan["host_uuids"], errors)
     kube_uuids = _uuid_list(host, "kubernetes_uuids", plan["kubernetes_uuids"], errors)
     excluded = []
@@ -156,8 +156,8 @@ def host_share(plan, services=None, root="/"):
     both = sorted(set(host_uuids) & set(kube_uuids))
     if both:
         errors.append(f"{host}: node plan: {', '.join(both)} in both the host and the Kubernetes share")
-    if mode == "none" and kube_uuids:
-        errors.append(f"{host}: node plan: mode none gives Kubernetes no GPU, but kubernetes_uuids is set")
+    if info is not None and info.kubernetes_share == SHARE_NONE and kube_uuids:
+        errors.append(f"{host}: node plan: mode {mode} gives Kubernetes no GPU, but kubernetes_uuids is set")
 
     if services is None:
         services = []

@@ -11,7 +11,6 @@ The device plugin image is pinned here, once: DEVICE_PLUGIN_IMAGE.
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import os
 import re
@@ -20,10 +19,25 @@ import jinja2
 import yaml
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import (
-    DEVICE_PLUGIN_MODES,
-    node_plans,
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
+    ANNOTATION_HOST,
+    APP_NAME,
+    LABEL_MODE,
+    LABEL_NODE,
+    MANAGED_BY,
+    dns_label_name,
+    label_value,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
+    DNS_LABEL_RE as _DNS_LABEL_RE,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
+    LABEL_VALUE_RE as _LABEL_VALUE_RE,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import taint_text
+from ansible_collections.gpusplit.k8s.plugins.module_utils._settings import with_defaults
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import mode_has
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import node_plans
 
 try:  # libyaml's loader when present: same result, much faster for 10k objects
     _YAML_LOADER = yaml.CSafeLoader
@@ -37,19 +51,12 @@ TEMPLATES_DIR = os.path.join(
     os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "templates"
 )
 
-MANAGED_BY = "gpusplit"
-APP_NAME = "gpusplit-device-plugin"
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-LABEL_NAME = "app.kubernetes.io/name"
-LABEL_NODE = "gpusplit.io/node"
 LABEL_SPLIT = "gpusplit.io/split"
 LABEL_KUBERNETES_GPUS = "gpusplit.io/kubernetes-gpus"
 LABEL_HOST_GPUS = "gpusplit.io/host-gpus"
-LABEL_MODE = "gpusplit.io/mode"
 LABEL_GPU_PRESENT = "nvidia.com/gpu.present"
 LABEL_OPERATOR_DEVICE_PLUGIN = "nvidia.com/gpu.deploy.device-plugin"
 ANNOTATION_NODE_NAME = "gpusplit.io/node-name"
-ANNOTATION_HOST = "gpusplit.io/host"
 ANNOTATION_GPU_TAINT = "gpusplit.io/gpu-taint"  # on a node: gpusplit set the GPU taint there
 DAEMONSET_PREFIX = "gpusplit-dp-"
 CONTAINER_NAME = "nvidia-device-plugin-ctr"  # the same name as the upstream static DaemonSet
@@ -88,8 +95,6 @@ DEFAULT_SETTINGS = {
     "stock_plugin_namespace": "kube-system",
 }
 
-_DNS_LABEL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 _IMAGE_RE = re.compile(r"^[^\s]+$")
 
 
@@ -99,39 +104,6 @@ class RenderError(GpusplitError):
 
 # --------------------------------------------------------------------------------------------
 # names
-
-
-def _short_hash(text, length=8):
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()[:length]
-
-
-def dns_label_name(prefix, name, max_len=63):
-    """``prefix + name`` as a DNS-1123 label (<= max_len), stable and unique per name.
-
-    The name is used as it is when it already fits; otherwise (upper case, dots, other
-    characters, or too long) it is lower-cased, cleaned, truncated and suffixed with the
-    first 8 hex digits of its sha256, so that two different names never meet.
-    """
-    name = str(name)
-    clean = re.sub(r"-+", "-", re.sub(r"[^a-z0-9-]+", "-", name.lower())).strip("-")
-    candidate = prefix + clean
-    if clean == name and len(candidate) <= max_len and _DNS_LABEL_RE.match(candidate):
-        return candidate
-    digest = _short_hash(name)
-    room = max_len - len(prefix) - len(digest) - 1
-    clean = clean[:room].rstrip("-")
-    return f"{prefix}{clean}-{digest}" if clean else f"{prefix}{digest}"
-
-
-def label_value(value):
-    """``value`` as a valid label value (<= 63), stable; hashed when it does not fit."""
-    value = str(value)
-    if len(value) <= 63 and _LABEL_VALUE_RE.match(value):
-        return value
-    digest = _short_hash(value)
-    clean = re.sub(r"[^A-Za-z0-9._-]+", "-", value)[: 63 - len(digest) - 1]
-    clean = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", clean)
-    return f"{clean}-{digest}" if clean else digest
 
 
 def prune_scope(base_selector, plan, inventory_nodes):
@@ -184,19 +156,7 @@ def daemonset_name(node):
 
 def resolve_settings(settings=None):
     """Defaults + ``settings`` (None values mean the default); refuse unknown keys and bad values."""
-    if settings is None:
-        settings = {}
-    if not isinstance(settings, dict):
-        raise RenderError(f"settings: expected a mapping, got {type(settings).__name__}")
-    unknown = sorted(str(k) for k in settings if k not in DEFAULT_SETTINGS)
-    if unknown:
-        raise RenderError(
-            f"settings: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(DEFAULT_SETTINGS)})"
-        )
-    out = dict(DEFAULT_SETTINGS)
-    for key, value in settings.items():
-        if value is not None:
-            out[key] = value
+    out = with_defaults(settings, DEFAULT_SETTINGS, "settings", RenderError)
     problems = []
     if not isinstance(out["namespace"], str) or not _DNS_LABEL_RE.match(out["namespace"]):
         problems.append(f"settings.namespace {out['namespace']!r} is not a DNS-1123 label")
@@ -296,7 +256,8 @@ def node_labels(node_plan, operator_managed=False):
     """The labels gpusplit sets on the node of ``node_plan`` (values are strings).
 
     ``operator_managed``: the GPU Operator runs in the cluster, so its device plugin must be
-    switched off on every split node, whatever the mode (it always is in mode gpu_operator).
+    switched off on every split node, whatever the mode (it always is in a mode whose table entry
+    says operator_managed, such as gpu_operator).
     """
     labels = {}
     if node_plan["gpu_count"]:
@@ -305,7 +266,7 @@ def node_labels(node_plan, operator_managed=False):
     labels[LABEL_MODE] = node_plan["mode"]
     labels[LABEL_KUBERNETES_GPUS] = str(node_plan["kubernetes_count"])
     labels[LABEL_HOST_GPUS] = str(node_plan["host_count"])
-    if node_plan["split"] and (operator_managed or node_plan["mode"] == "gpu_operator"):
+    if node_plan["split"] and (operator_managed or mode_has(node_plan.get("mode"), "operator_managed")):
         labels[LABEL_OPERATOR_DEVICE_PLUGIN] = "false"
     return labels
 
@@ -315,12 +276,6 @@ def node_taints(node_plan, taint_enabled):
     if taint_enabled and node_plan["kubernetes_count"] > 0:
         return [dict(GPU_TAINT)]
     return []
-
-
-def taint_text(taint):
-    """``key=value:Effect``, the way kubectl writes a taint."""
-    value = taint.get("value")
-    return f"{taint['key']}{'=' + value if value else ''}:{taint['effect']}"
 
 
 def node_annotations(node_plan, gpu_taint=False):
@@ -446,7 +401,7 @@ def render_split_daemonset(node_plan, settings=None):
 
 def _render_daemonset(node_plan, s):
     host = node_plan.get("host")
-    if node_plan.get("mode") not in DEVICE_PLUGIN_MODES:
+    if not mode_has(node_plan.get("mode"), "split_plugin"):
         raise RenderError(f"{host}: mode {node_plan.get('mode')!r} runs no split device plugin")
     if not node_plan.get("kubernetes_uuids"):
         raise RenderError(f"{host}: the Kubernetes share is empty; no device plugin to render")
@@ -455,12 +410,13 @@ def _render_daemonset(node_plan, s):
 
 
 def render_daemonsets(plan, settings=None):
-    """One DaemonSet per node in mode device_plugin/gpu_operator with Kubernetes GPUs."""
+    """One DaemonSet per node whose mode runs the split plugin (device_plugin, gpu_operator) and that
+    has Kubernetes GPUs."""
     s = resolve_settings(settings)
     out = []
     seen = {}
     for node_plan in node_plans(plan):
-        if node_plan["mode"] not in DEVICE_PLUGIN_MODES or not node_plan["kubernetes_uuids"]:
+        if not mode_has(node_plan.get("mode"), "split_plugin") or not node_plan["kubernetes_uuids"]:
             continue
         ds = _render_daemonset(node_plan, s)
         name = ds["metadata"]["name"]
@@ -480,8 +436,9 @@ def render_fleet(plan, settings=None):
     """Every cluster-side object of the split plugins, in apply order.
 
     The Namespace (when it is not kube-system and create_namespace), then one DaemonSet per
-    node in mode device_plugin/gpu_operator that has Kubernetes GPUs. Nodes in mode none or
-    dra get no object here (their labels: render_node_patches; DRA taints: elsewhere).
+    node whose mode runs the split plugin (the mode table's ``split_plugin``: device_plugin,
+    gpu_operator) and that has Kubernetes GPUs. Nodes in other modes (none, dra) get no object
+    here (their labels: render_node_patches; DRA taints: _dra).
     """
     s = resolve_settings(settings)
     objects = []

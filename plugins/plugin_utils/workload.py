@@ -25,6 +25,12 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    label_value,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import minor_of
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 
 PODGROUP_API_VERSIONS = {
@@ -56,23 +62,15 @@ DEFAULTS = {
 }
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_VERSION = re.compile(r"^v?(\d+)\.(\d+)(?:\.\d+)?(?:[-+].*)?$")
 
 
 class WorkloadError(GpusplitError):
     """The gang job cannot be rendered; ``errors`` lists every reason."""
 
 
-def minor_of(version) -> str:
-    m = _VERSION.match(str(version).strip())
-    if not m:
-        raise WorkloadError([f"cannot read a Kubernetes version from {version!r}"])
-    return f"{int(m.group(1))}.{int(m.group(2))}"
-
-
 def podgroup_api_version(version) -> str:
     """The PodGroup apiVersion a cluster of ``version`` serves (with GenericWorkload on)."""
-    minor = minor_of(version)
+    minor = minor_of(version, WorkloadError)
     if minor in PODGROUP_API_VERSIONS:
         return PODGROUP_API_VERSIONS[minor]
     if minor == "1.35":
@@ -152,8 +150,8 @@ def resolve_job(spec: dict) -> dict:
 
 def _labels(job: dict) -> dict:
     labels = {str(k): str(v) for k, v in job["labels"].items()}
-    labels.setdefault(render.LABEL_MANAGED_BY, render.MANAGED_BY)
-    labels[LABEL_PODGROUP] = render.label_value(job["name"])
+    labels.setdefault(LABEL_MANAGED_BY, MANAGED_BY)
+    labels[LABEL_PODGROUP] = label_value(job["name"])
     return labels
 
 

@@ -32,14 +32,20 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.diagnose import parse_quantity, tolerates
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    MANAGED_BY,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.quantity import parse_quantity
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import is_gpu_resource, tolerates
+from ansible_collections.gpusplit.k8s.plugins.module_utils._settings import with_defaults
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 
 NATIVE_DOMAIN = "kubernetes.io/"  # kubernetes.io/ and every *.kubernetes.io/ name is native
 QUOTA_PREFIX = "requests."  # quota names, never a container resource
 HUGEPAGES_PREFIX = "hugepages-"
-GPU_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 VISIBILITY_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
 DEFAULT_ALLOWED_NAMESPACES = ("kube-system", "gpu-operator")
 GPU_TAINT = dict(render.GPU_TAINT)
@@ -135,7 +141,7 @@ def is_extended_resource(name):
 
 def _integer_fix(resource):
     fix = f"use a whole number, e.g. {resource}: 1"
-    if str(resource).startswith(GPU_PREFIXES):
+    if is_gpu_resource(resource):
         fix += " (for a share of a GPU use MIG or time-slicing resources)"
     return fix
 
@@ -196,7 +202,7 @@ def _gpu_amount(spec):
             res = c.get("resources") or {}
             for section in ("limits", "requests"):
                 for resource, value in (res.get(section) or {}).items():
-                    if str(resource).startswith(GPU_PREFIXES):
+                    if is_gpu_resource(resource):
                         q = parse_quantity(value)
                         total = max(total, q or 0)
     return total
@@ -354,13 +360,7 @@ GUARD_DEFAULTS = {
 
 def guard_settings(settings=None):
     """Defaults + ``settings``; every value checked (they end up in CEL and selectors)."""
-    settings = dict(settings or {})
-    unknown = sorted(set(settings) - set(GUARD_DEFAULTS))
-    if unknown:
-        raise LintError(
-            f"guard settings: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(GUARD_DEFAULTS)})"
-        )
-    s = {**GUARD_DEFAULTS, **{k: v for k, v in settings.items() if v is not None}}
+    s = with_defaults(settings or {}, GUARD_DEFAULTS, "guard settings", LintError)
     problems = []
     if not isinstance(s["name"], str) or not _DNS_SUBDOMAIN.match(s["name"]) or len(s["name"]) > 63:
         problems.append(f"name {s['name']!r} is not a DNS subdomain of at most 63 characters")
@@ -403,8 +403,8 @@ def guard_objects(settings=None):
     """[ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding] for cluster_apply."""
     s = guard_settings(settings)
     labels = {
-        render.LABEL_MANAGED_BY: render.MANAGED_BY,
-        render.LABEL_NAME: GUARD_APP,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_NAME: GUARD_APP,
         GUARD_LABEL: s["name"],
     }
     context = {

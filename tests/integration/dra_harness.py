@@ -5,7 +5,7 @@ driver that the control plane sees: for a node it publishes the ResourceSlice th
 kubelet plugin would publish (driver gpu.nvidia.com, pool = node name, one device gpu-<minor> per
 GPU of the node's fixture, with the uuid / productName / resource.kubernetes.io/pciBusID
 attributes), and the DeviceClass gpu.nvidia.com that the driver's chart installs. Both are
-rendered by plugins/module_utils/_dra/dra.py. Everything else (claims, allocation, DeviceTaintRules,
+rendered by plugins/plugin_utils/dra_render.py. Everything else (claims, allocation, DeviceTaintRules,
 eviction) is the real kube-apiserver, kube-scheduler and kube-controller-manager.
 
 It also writes a node's containerd config below the lab's host root for that host
@@ -27,7 +27,15 @@ for path in (ROOT / ".collections", ROOT):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils import dra  # noqa: E402
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import (  # noqa: E402
+    API_GROUP_VERSION,
+    DEVICE_CLASS,
+    DRIVER,
+)
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.dra_render import (  # noqa: E402
+    render_device_class,
+    render_resource_slice,
+)
 from lab.components import KUBECONFIG  # noqa: E402
 from lab.nodes import FIXTURES, ensure_node  # noqa: E402
 
@@ -119,15 +127,15 @@ def get(api_version: str, kind: str, name: str, namespace: str | None = None) ->
 
 def ensure_device_class() -> bool:
     """The chart's DeviceClass gpu.nvidia.com; True when the harness created it (then it deletes it)."""
-    if get(dra.API_GROUP_VERSION, "DeviceClass", dra.DEVICE_CLASS) is not None:
+    if get(API_GROUP_VERSION, "DeviceClass", DEVICE_CLASS) is not None:
         return False
-    apply(dra.render_device_class(labels=HARNESS_LABEL))
+    apply(render_device_class(labels=HARNESS_LABEL))
     return True
 
 
 def resource_slice(node: str, fixture: str, generation: int = 1) -> dict:
     doc = fixture_doc(fixture)
-    return dra.render_resource_slice(
+    return render_resource_slice(
         node, doc.get("gpus") or [], generation, doc.get("driver_version"), labels=HARNESS_LABEL
     )
 
@@ -142,7 +150,7 @@ def publish(node: str, fixture: str, generation: int = 1) -> dict:
 
 
 def unpublish(node: str) -> bool:
-    return delete(dra.API_GROUP_VERSION, "ResourceSlice", f"{node}-{dra.DRIVER}")
+    return delete(API_GROUP_VERSION, "ResourceSlice", f"{node}-{DRIVER}")
 
 
 def host_root(host: str) -> Path:

@@ -9,12 +9,13 @@ import uuid
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply as k8s_apply
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import LABEL_MANAGED_BY
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import MIG_STRATEGIES, plan_fleet
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from lab import components as C
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")
-PLUGIN_SELECTOR = f"{k8s_apply.MANAGED_BY}=gpusplit,app.kubernetes.io/name={render.APP_NAME}"
+PLUGIN_SELECTOR = f"{LABEL_MANAGED_BY}=gpusplit,app.kubernetes.io/name={render.APP_NAME}"
 
 
 def configmap(ns: str, name: str, data: dict) -> dict:
@@ -24,7 +25,7 @@ def configmap(ns: str, name: str, data: dict) -> dict:
         "metadata": {
             "name": name,
             "namespace": ns,
-            "labels": {k8s_apply.MANAGED_BY: "gpusplit", "t": "apply"},
+            "labels": {LABEL_MANAGED_BY: "gpusplit", "t": "apply"},
         },
         "data": data,
     }
@@ -60,7 +61,7 @@ def test_apply_rerun_update_prune(ns, kubectl):
             "api_version": "v1",
             "kind": "ConfigMap",
             "namespace": ns,
-            "label_selector": f"{k8s_apply.MANAGED_BY}=gpusplit,t=apply",
+            "label_selector": f"{LABEL_MANAGED_BY}=gpusplit,t=apply",
         }
     ]
     objs = [configmap(ns, f"cm-{i}", {"gpus": str(i)}) for i in range(3)]

@@ -24,7 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose import diagnose
+from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose import rules
+from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.messages import (
+    parse_gang_message,
+    parse_message,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.report import diagnose
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import GPU_RESOURCE_PREFIXES
 from ansible_collections.gpusplit.k8s.plugins.modules import gpu_pending_diagnose as module
 from lab import nodes as labnodes
 from lab.lab import TRANSIENT_ERRORS as TRANSIENT
@@ -60,15 +66,13 @@ def diagnosis(lab, ns):
     while True:
         try:
             api = config.new_client_from_config(str(lab.KUBECONFIG))
-            pods, nodes, events, podgroups, resource = module.read_cluster(
-                api, diagnose.GPU_RESOURCE_PREFIXES
-            )
+            pods, nodes, events, podgroups, resource = module.read_cluster(api, GPU_RESOURCE_PREFIXES)
             break
         except Exception:  # the apiserver restarting under us
             if time.time() > deadline:
                 raise
             time.sleep(2)
-    report = diagnose.diagnose(pods, nodes, events, podgroups, resource, namespaces=[ns])
+    report = diagnose(pods, nodes, events, podgroups, resource, namespaces=[ns])
     json.dumps(report)  # what the playbook writes to out/pending.json
     return {e["name"]: e for e in report["pods"]}
 
@@ -142,9 +146,9 @@ def keep(name, text, note):
         return
     assert path.exists(), f"missing fixture {path}; run with GPUSPLIT_CAPTURE_SCHEDULER=1"
     fixture = path.read_text().strip()
-    fx, live = diagnose.parse_message(fixture), diagnose.parse_message(text)
+    fx, live = parse_message(fixture), parse_message(text)
     if fx is None:  # the gang plugin's own wording
-        assert diagnose.parse_gang_message(fixture) and diagnose.parse_gang_message(text), (text, fixture)
+        assert parse_gang_message(fixture) and parse_gang_message(text), (text, fixture)
         return
     assert live, (text, fixture)
     # other tests' nodes change the counts and add taint/selector reasons; the fixture's own
@@ -211,7 +215,7 @@ def test_untolerated_taint_names_the_taint_and_the_toleration_unblocks(scene, ku
         "GPU pod without the fleet's GPU toleration, its only candidate node tainted",
     )
     entry = diagnosis(lab, ns)["want-taint"]
-    assert entry["class"] == diagnose.TAINT, entry
+    assert entry["class"] == rules.TAINT, entry
     assert entry["candidates"] == [a]
     assert f"nvidia.com/gpu=present:NoSchedule on {a}" in entry["summary"]
     assert entry["suggested_tolerations"] == [
@@ -253,7 +257,7 @@ def test_shortage_counts_allocatable_requested_free(scene, kubectl, lab):
         "GPU pod whose only candidate node has all its GPUs taken; a non-candidate tainted node is counted as a taint",
     )
     entry = diagnosis(lab, ns)["want-gpu"]
-    assert entry["class"] == diagnose.SHORTAGE, entry
+    assert entry["class"] == rules.SHORTAGE, entry
     usage = entry["nodes"][b][0]["resources"][GPU]
     assert (usage["allocatable"], usage["requested"], usage["free"], usage["wanted"]) == (1, 1, 0, 1)
     assert usage["holders"] == [f"{ns}/holder (1)"]
@@ -272,7 +276,7 @@ def test_node_selector_mismatch(scene, kubectl, lab):
         "GPU pod whose nodeSelector names a GPU product no node carries; node A's GPU taint is counted first",
     )
     entry = diagnosis(lab, ns)["want-product"]
-    assert entry["class"] == diagnose.SELECTOR, entry
+    assert entry["class"] == rules.SELECTOR, entry
     assert entry["candidates"] == []
     assert "nvidia.com/gpu.product=NO-SUCH-GPU" in entry["summary"]
     assert f"gpusplit.io/diag-run={run} on 2 node(s)" in entry["summary"]
@@ -308,11 +312,11 @@ def test_node_affinity_mismatch_names_the_expression_and_the_gpu_nodes_values(sc
     apply(kubectl, pod)
     # the pod tolerates both our taints: A and B fail on the affinity itself
     message = scheduled_message(kubectl, ns, "want-h100", "didn't match Pod's node affinity/selector")
-    parsed = diagnose.parse_message(message)
+    parsed = parse_message(message)
     assert parsed and parsed["reasons"]["node(s) didn't match Pod's node affinity/selector"] >= 2, message
     assert not [r for r in parsed["reasons"] if r.startswith("Insufficient")], message
     entry = diagnosis(lab, ns)["want-h100"]
-    assert entry["class"] == diagnose.SELECTOR, entry
+    assert entry["class"] == rules.SELECTOR, entry
     assert entry["candidates"] == []
     assert entry["message"] == message
     assert (
@@ -363,7 +367,7 @@ def test_unknown_reason_is_quoted(scene, kubectl, lab):
         "GPU pod (nvidia.com/gpu.shared) that fits by GPUs but asks for more CPU than any node has",
     )
     entry = diagnosis(lab, ns)["want-cpu"]
-    assert entry["class"] == diagnose.UNKNOWN, entry
+    assert entry["class"] == rules.UNKNOWN, entry
     assert entry["wants"]["resources"] == {"nvidia.com/gpu.shared": 1}
     assert message in entry["summary"]
 
@@ -417,7 +421,7 @@ def test_gang_quorum_not_present(generic_workload, scene, kubectl, lab):
             "status"
         ]
     entry = diagnosis(lab, ns)["trio-0"]
-    assert entry["class"] == diagnose.GANG, entry
+    assert entry["class"] == rules.GANG, entry
     assert f"gang {ns}/trio: 2 of minCount 3 pods present (0 bound)" in entry["summary"]
     assert "create the 1 missing member pod(s)" in entry["next"]
     assert (entry["gang"]["present"], entry["gang"]["min_count"]) == (2, 3)
@@ -453,7 +457,7 @@ def test_gang_quorum_present_but_unplaceable(generic_workload, scene, kubectl, l
             ).stdout
         )["items"]
         for e in events:
-            if e["involvedObject"]["name"].startswith("pair-") and diagnose.parse_gang_message(e["message"]):
+            if e["involvedObject"]["name"].startswith("pair-") and parse_gang_message(e["message"]):
                 return e["message"]
         return None
 
@@ -490,8 +494,8 @@ def test_gang_quorum_present_but_unplaceable(generic_workload, scene, kubectl, l
     entries = diagnosis(lab, ns)
     for i in range(2):
         entry = entries[f"pair-{i}"]
-        assert entry["class"] == diagnose.GANG, entry
-        assert entry["cause"] == diagnose.SHORTAGE, entry
+        assert entry["class"] == rules.GANG, entry
+        assert entry["cause"] == rules.SHORTAGE, entry
         assert f"gang {ns}/pair: 2 pods present (minCount 2), 0 bound" in entry["summary"]
         assert f"{b}: nvidia.com/gpu allocatable 1, requested 1, free 0" in entry["summary"]
 
@@ -590,7 +594,7 @@ def test_dra_device_taint_names_the_rule(scene, kubectl, lab):
         "pod with a ResourceClaim whose every matching device a DeviceTaintRule taints",
     )
     entry = diagnosis(lab, ns)["want-dra"]
-    assert entry["class"] == diagnose.DRA_TAINT, entry
+    assert entry["class"] == rules.DRA_TAINT, entry
     rule = f"{a}-tainted"
     assert (
         f"{DRIVER}/{rule}/gpu-0 gpusplit.io/unhealthy=Degraded:NoSchedule (DeviceTaintRule {rule})"
@@ -615,7 +619,7 @@ def test_dra_no_matching_device(scene, kubectl, lab):
     message = scheduled_message(kubectl, ns, "want-uuid", "cannot allocate all claims")
     keep("dra-no-device", message, "pod with a ResourceClaim whose selector matches no published device")
     entry = diagnosis(lab, ns)["want-uuid"]
-    assert entry["class"] == diagnose.DRA_NO_DEVICE, entry
+    assert entry["class"] == rules.DRA_NO_DEVICE, entry
     assert f"{b}: no published device matches the class and selectors on this node" in entry["summary"]
     assert f"ResourceClaim {ns}/claim-plain" in entry["next"]
 
@@ -707,9 +711,9 @@ def test_playbook_writes_pending_json_table_and_fleet_svg(scene, kubectl, lab, t
     pending = json.loads((out / "pending.json").read_text())
     entries = {e["name"]: e for e in pending["pods"]}
     names = {name: e["class"] for name, e in entries.items()}
-    assert names.get("pb-taint") == diagnose.TAINT, names
-    assert names.get("pb-selector") == diagnose.SELECTOR, names
-    assert names.get("pb-affinity") == diagnose.SELECTOR, names
+    assert names.get("pb-taint") == rules.TAINT, names
+    assert names.get("pb-selector") == rules.SELECTOR, names
+    assert names.get("pb-affinity") == rules.SELECTOR, names
     assert entries["pb-taint"]["next"].endswith(f"kubectl describe node {a} | grep -A3 Taints")
     assert entries["pb-affinity"]["affinity"]["terms"][0]["failing"][0]["key"] == PRODUCT
     assert entries["pb-affinity"]["next"].startswith(f"kubectl get nodes -L gpusplit.io/diag-run,{PRODUCT}; ")

@@ -29,7 +29,18 @@ import pytest
 import yaml
 from ansible_output import recap
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra import dra
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.claims import host_share_toleration
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.devices import dra_pci_bus_id
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DEVICE_CLASS, DRIVER
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.report import (
+    eviction_condition,
+    parse_eviction_message,
+)
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.dra_render import (
+    diagnostic_claim,
+    render_claim,
+    render_device_class,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 DGX, WS, DP = "gsdra-dgx-01", "gsdra-ws-01", "gsdra-dp-01"
@@ -229,7 +240,7 @@ def ctx(lab, tmp_path_factory):
         harness.delete("v1", "Node", node)
         shutil.rmtree(harness.host_root(node), ignore_errors=True)
     if c.created_class:
-        harness.delete(RULES, "DeviceClass", dra.DEVICE_CLASS)
+        harness.delete(RULES, "DeviceClass", DEVICE_CLASS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -237,7 +248,7 @@ def ctx(lab, tmp_path_factory):
 
 
 def test_harness_publishes_slices_and_the_device_class(ctx):
-    dc = harness.get(RULES, "DeviceClass", dra.DEVICE_CLASS)
+    dc = harness.get(RULES, "DeviceClass", DEVICE_CLASS)
     assert dc["spec"]["selectors"][0]["cel"]["expression"].startswith("device.driver == 'gpu.nvidia.com'")
     for node, fixture in ((DGX, "dgx-h100"), (WS, "workstation")):
         rs = harness.get(RULES, "ResourceSlice", f"{node}-gpu.nvidia.com")
@@ -250,7 +261,7 @@ def test_harness_publishes_slices_and_the_device_class(ctx):
             g = gpus[dev["name"]]
             assert dev["attributes"]["uuid"]["string"] == g["uuid"]
             assert dev["attributes"]["productName"]["string"] == g["name"]
-            assert dev["attributes"]["resource.kubernetes.io/pciBusID"]["string"] == dra.dra_pci_bus_id(
+            assert dev["attributes"]["resource.kubernetes.io/pciBusID"]["string"] == dra_pci_bus_id(
                 g["pci_bus_id"]
             )
 
@@ -367,7 +378,7 @@ def test_limit_leaves_the_rules_of_hosts_outside_the_run_alone(ctx):
 @pytest.fixture(scope="module")
 def dgx_pods(ctx):
     """Seven pods with one-GPU claims on the dgx node: six devices are free, two are the host's."""
-    harness.apply(dra.render_claim("one-gpu", ctx.ns))
+    harness.apply(render_claim("one-gpu", ctx.ns))
     names = [f"worker-{i}" for i in range(7)]
     for name in names:
         harness.apply(claim_pod(ctx, name, "one-gpu", DGX))
@@ -407,7 +418,7 @@ def test_claims_never_get_a_host_share_device(ctx, dgx_pods):
 
 
 def test_a_tolerating_claim_reaches_a_host_share_device(ctx, dgx_pods):
-    template = dra.render_claim("host-gpu-ok", ctx.ns, tolerations=[dra.host_share_toleration()])
+    template = render_claim("host-gpu-ok", ctx.ns, tolerations=[host_share_toleration()])
     assert template["spec"]["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] == [
         {"key": "gpusplit.io/host-share", "operator": "Exists", "effect": "NoSchedule"}
     ]
@@ -446,9 +457,9 @@ def test_isolate_reports_then_evicts_then_gives_back(ctx, dgx_pods):
     assert rule["spec"]["taint"]["effect"] == "None"
     assert rule["spec"]["taint"]["key"] == "gpusplit.io/unhealthy"
     assert rule["spec"]["deviceSelector"] == {"driver": "gpu.nvidia.com", "pool": DGX, "device": device}
-    cond = dra.eviction_condition(rule)
+    cond = eviction_condition(rule)
     assert cond["reason"] == "NoEffect" and cond["observedGeneration"] == rule["metadata"]["generation"]
-    impact = dra.parse_eviction_message(cond["message"])
+    impact = parse_eviction_message(cond["message"])
     # the rule names one device; it is allocated, to one pod in one namespace
     assert (impact["published_devices"], impact["allocated_devices"]) == (1, 1)
     assert (impact["pods_would_be_evicted"], impact["namespaces"]) == (1, 1)
@@ -557,7 +568,7 @@ def more(ctx):
     created_mig_class = harness.get(RULES, "DeviceClass", MIG_CLASS) is None
     if created_mig_class:  # the chart's second DeviceClass: MIG devices
         harness.apply(
-            dra.render_device_class(
+            render_device_class(
                 MIG_CLASS,
                 "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",
                 labels=harness.HARNESS_LABEL,
@@ -602,11 +613,11 @@ def test_unhealthy_gpus_are_found_reported_first_then_tainted_and_a_diagnostic_c
         == 2
     )
 
-    harness.apply(dra.render_claim("plain", ctx.ns))
+    harness.apply(render_claim("plain", ctx.ns))
     for name in ("plain-1", "plain-2"):
         harness.apply(claim_pod(ctx, name, "plain", SICK))
     located = {"uuid": sick[1], "mig_enabled": False}
-    harness.apply(dra.diagnostic_claim("burn-in", ctx.ns, located))
+    harness.apply(diagnostic_claim("burn-in", ctx.ns, located))
     diag = claim_pod(ctx, "burn-in", "unused", SICK)
     diag["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "burn-in"}]
     harness.apply(diag)
@@ -631,7 +642,7 @@ def test_unhealthy_gpus_are_found_reported_first_then_tainted_and_a_diagnostic_c
 
 def test_a_reserved_mig_gpu_has_each_published_mig_device_tainted(ctx, more):
     proc = run_playbook(ctx, "dra.yml", "-e", "gpusplit_dra_driver_install=false", inventory=more.inventory)
-    slice_ = harness.get(RULES, "ResourceSlice", f"{MIGN}-{dra.DRIVER}")
+    slice_ = harness.get(RULES, "ResourceSlice", f"{MIGN}-{DRIVER}")
     host_migs = sorted(
         d["name"]
         for d in slice_["spec"]["devices"]
@@ -651,7 +662,7 @@ def test_a_reserved_mig_gpu_has_each_published_mig_device_tainted(ctx, more):
         for d in slice_["spec"]["devices"]
         if d["attributes"].get("type", {}).get("string") == "mig" and d["name"] not in host_migs
     ]
-    harness.apply(dra.render_claim("one-mig", ctx.ns, device_class=MIG_CLASS))
+    harness.apply(render_claim("one-mig", ctx.ns, device_class=MIG_CLASS))
     names = [f"mig-{i}" for i in range(len(kube_migs) + 1)]
     for name in names:
         harness.apply(claim_pod(ctx, name, "one-mig", MIGN))

@@ -37,8 +37,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import flags as cpf
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import health as cp_health
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import rancher as cpf
 from lab import components as C
 from lab import lab as labctl
 

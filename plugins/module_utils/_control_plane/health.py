@@ -1,6 +1,8 @@
 # Copyright: gpusplit contributors
-# Apache License 2.0 (see galaxy.yml)
+# Apache-2.0
 """Health of control-plane components seen from outside: probes, metrics, API discovery, decisions.
+
+Private to the collection.
 
 A feature gate is proven on, per component, by that component's own ``/metrics``:
 ``kubernetes_feature_enabled{name="GenericWorkload",stage="BETA"} 1`` (k8s.io/component-base
@@ -43,12 +45,13 @@ import tempfile
 import time
 import urllib.parse
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.components import (
+    APISERVER,
+    CONTROLLER_MANAGER,
+    SCHEDULER,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.yaml_text import load_map
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-
-APISERVER = "kube-apiserver"
-CONTROLLER_MANAGER = "kube-controller-manager"
-SCHEDULER = "kube-scheduler"
-COMPONENTS = (APISERVER, CONTROLLER_MANAGER, SCHEDULER)
 
 FEATURE_METRIC = "kubernetes_feature_enabled"
 START_TIME_METRIC = "process_start_time_seconds"
@@ -372,13 +375,12 @@ def load_kubeconfig(path: str, context: str | None = None) -> dict:
     kubeconfig's directory, as kubectl does.  Exec and auth-provider plugins are not run: probes need
     a client certificate or a token.
     """
-    import yaml
-
     try:
         with open(path, encoding="utf-8") as handle:
-            doc = yaml.safe_load(handle) or {}
+            text = handle.read()
     except OSError as exc:
         raise HealthError(f"cannot read kubeconfig {path}: {exc}") from exc
+    doc = load_map(text, f"kubeconfig {path}", of="kubeconfig fields", error=HealthError)
     base = os.path.dirname(os.path.abspath(path))
 
     def named(section, name):
@@ -408,20 +410,28 @@ def load_kubeconfig(path: str, context: str | None = None) -> dict:
             "give a kubeconfig with a client certificate or a token (for kubeadm: /etc/kubernetes/admin.conf)"
         )
 
-    def read(data_key, file_key, obj):
-        if obj.get(data_key):
-            return base64.b64decode(obj[data_key]).decode()
-        if obj.get(file_key):
-            name = obj[file_key]
-            name = name if os.path.isabs(name) else os.path.join(base, name)
+    def read_file(key, name):
+        name = name if os.path.isabs(name) else os.path.join(base, name)
+        try:
             with open(name, encoding="utf-8") as handle:
                 return handle.read()
+        except OSError as exc:
+            raise HealthError(f"kubeconfig {path}: cannot read {key} {name}: {exc}") from exc
+
+    def read(data_key, file_key, obj):
+        if obj.get(data_key):
+            try:
+                return base64.b64decode(obj[data_key]).decode()
+            except (TypeError, ValueError) as exc:  # not a string, binascii.Error, UnicodeDecodeError
+                raise HealthError(f"kubeconfig {path}: {data_key} is not base64-encoded PEM: {exc}") from exc
+        if obj.get(file_key):
+            return read_file(file_key, obj[file_key])
         return None
 
     token = user.get("token")
     if not token and user.get("tokenFile"):
-        with open(user["tokenFile"], encoding="utf-8") as handle:
-            token = handle.read().strip()
+        # relative to the working directory, not to the kubeconfig's directory
+        token = read_file("tokenFile", os.path.abspath(user["tokenFile"])).strip()
     return {
         "server": cluster.get("server"),
         "ca_pem": read("certificate-authority-data", "certificate-authority", cluster),

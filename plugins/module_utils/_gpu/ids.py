@@ -17,14 +17,17 @@ _PCI_RE = re.compile(
 )
 
 
-def _text(value):
-    if isinstance(value, bytes):  # NVML structures hand back bytes
+def to_text(value):
+    """NVML strings come back as str from nvidia-ml-py's wrappers but as bytes from its structures."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
         value = value.decode("utf-8", "replace")
-    return value.rstrip("\x00").strip() if isinstance(value, str) else None
+    return str(value).rstrip("\x00").strip()
 
 
 def _pci_parts(value):
-    text = _text(value)
+    text = to_text(value)
     match = _PCI_RE.match(text.lower()) if text is not None else None
     if match is None:
         return None

@@ -1,6 +1,8 @@
-"""Collect GPU facts through NVML, from an injected pynvml-like module (nvidia-ml-py, or a test fake).
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Collect GPU facts through NVML. Private to the collection.
 
-Every per-device call is made on its own: NVML_ERROR_NOT_SUPPORTED leaves that fact null,
+NVML is reached through an injected pynvml-like module (nvidia-ml-py, or a test fake). Every per-device call is made on its own: NVML_ERROR_NOT_SUPPORTED leaves that fact null,
 NVML_ERROR_NO_PERMISSION leaves it null with a warning, NVML_ERROR_GPU_IS_LOST marks the GPU lost and the
 collection goes on with the next call and the next GPU. A GPU NVML will not open at all
 (nvmlDeviceGetHandleByIndex fails) is reported with its index and a health verdict naming the NVML error
@@ -9,26 +11,25 @@ and what to do about it. nvmlShutdown is always called after nvmlInit.
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.facts import (
-    HEALTH_DEGRADED,
-    HEALTH_LOST,
+import re
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.health import (
     UNOPENED_ADVICE,
     UNOPENED_ADVICE_DEFAULT,
-    GpuFactsError,
-    bytes_to_mib,
     compute_health,
-    cuda_version_string,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import require_pci_bus_id, to_text
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import (
+    HEALTH_DEGRADED,
+    HEALTH_LOST,
+    GpuFactsError,
     ecc_or_none,
-    mig_profile_from_name,
-    mode_string,
     new_gpu,
     new_mig_device,
     new_process,
     remapped_rows_or_none,
-    require_pci_bus_id,
     retired_pages_or_none,
     sort_gpus,
-    to_text,
 )
 
 # NVML return codes (nvml.h); read from the binding when it has them.
@@ -63,6 +64,43 @@ class NvmlInitError(GpuFactsError):
 
 class NvmlCollectError(GpuFactsError):
     """A host-wide NVML call failed after nvmlInit succeeded."""
+
+
+# What NVML hands back, as the facts spell it.
+
+MIB = 1024 * 1024
+
+
+def cuda_version_string(value):
+    """nvmlSystemGetCudaDriverVersion() 12080 -> '12.8' (major*1000 + minor*10)."""
+    if value is None:
+        return None
+    value = int(value)
+    if value <= 0:
+        return None
+    return f"{value // 1000}.{(value % 1000) // 10}"
+
+
+def bytes_to_mib(value):
+    if value is None:
+        return None
+    return int(value) // MIB
+
+
+_MIG_NAME_RE = re.compile(r"\bMIG\s+(\S+)\s*$")
+
+
+def mig_profile_from_name(name):
+    """NVML names a MIG device after its parent plus the profile: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb'."""
+    match = _MIG_NAME_RE.search(to_text(name) or "")
+    return match.group(1) if match else None
+
+
+def mode_string(value):
+    """NVML enable states (1/0, True/False) -> 'enabled'/'disabled'; None stays None."""
+    if value is None:
+        return None
+    return "enabled" if int(value) else "disabled"
 
 
 def _code(nvml, name):

@@ -1,28 +1,39 @@
-"""Collect GPU facts by running nvidia-smi through an injected runner: run(argv) -> (rc, stdout, stderr).
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Collect GPU facts by running nvidia-smi. Private to the collection.
 
-Four read-only invocations, each for what it is best at:
+nvidia-smi runs through an injected runner, run(argv) -> (rc, stdout, stderr), in four read-only
+invocations, each for what it is best at:
   nvidia-smi --query-gpu=<fields> --format=csv        identity, memory, modes, ECC, row remapping, pages
   nvidia-smi --query-compute-apps=...  --format=csv   compute processes per GPU UUID
   nvidia-smi -L                                        MIG device UUIDs and profiles
   nvidia-smi -q -x                                     minor numbers, CUDA version, MIG instance ids/memory
-(--query-gpu has no field for the minor number, the CUDA version or MIG devices.)
+(--query-gpu has no field for the minor number, the CUDA version or MIG devices.) What they print is
+read by smi_parse.py; the NUMA node comes from sysfs, read through an injected reader.
 """
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.facts import (
-    SMI_APPS_FIELDS,
-    SMI_OPTIONAL_FIELDS,
-    SMI_REQUIRED_FIELDS,
-    GpuFactsError,
-    SmiParseError,
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.health import (
     compute_health,
-    first_line,
-    gpu_from_smi_row,
+    smi_unopened_cause,
+    unopened_health,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import sysfs_pci_address
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import (
+    GpuFactsError,
     new_gpu,
     new_mig_device,
     new_process,
-    numa_node_from_sysfs,
+    sort_gpus,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.smi_parse import (
+    SMI_APPS_FIELDS,
+    SMI_OPTIONAL_FIELDS,
+    SMI_REQUIRED_FIELDS,
+    SmiParseError,
+    first_line,
+    gpu_from_smi_row,
     parse_compute_apps,
     parse_gpu_query,
     parse_list_gpus,
@@ -31,12 +42,8 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.facts import (
     smi_says_no_devices,
     smi_says_no_driver,
     smi_unknown_field,
-    smi_unopened_cause,
-    sort_gpus,
     token_kind,
-    unopened_health,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import sysfs_pci_address
 
 
 class SmiNoDriver(GpuFactsError):
@@ -123,6 +130,17 @@ def _query_xml(run, smi_path, warnings):
             )
             return None
     return parse_query_xml(stdout)
+
+
+def numa_node_from_sysfs(text):
+    """Content of /sys/bus/pci/devices/<addr>/numa_node: '-1' means no NUMA affinity -> None."""
+    if text is None:
+        return None
+    try:
+        value = int(text.strip())
+    except ValueError:
+        return None
+    return value if value >= 0 else None
 
 
 def _numa_node(read_text, sysfs_root, bus_id):

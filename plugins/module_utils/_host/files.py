@@ -1,6 +1,6 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""Writing a file on a host the one way gpusplit's modules do it."""
+"""Reading, backing up and writing a file on a host, one way for every module. Private to the collection."""
 
 from __future__ import annotations
 
@@ -9,14 +9,44 @@ import shutil
 import tempfile
 import time
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 
-def write_atomic(module, path, text, new_file=False):
+
+def read_text(path, name=None):
+    """The UTF-8 text of the regular file ``path``, line endings as they are.
+
+    Refuses (GpusplitError naming ``name``, by default ``path``) a path that is no regular file, a
+    file that cannot be read and one that is not UTF-8.
+    """
+    name = name or path
+    if not os.path.isfile(path):
+        raise GpusplitError(f"{name} is not a regular file")
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise GpusplitError(f"cannot read {name}: {exc.strerror or exc}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise GpusplitError(f"{name} is not UTF-8 text: {exc}") from None
+
+
+def is_inside(child, parent):
+    """Whether ``child`` is ``parent`` or lies below it, links resolved."""
+    child = os.path.realpath(child)
+    parent = os.path.realpath(parent)
+    return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
+
+
+def write_atomic(module, path, text, new_file=False, mode=None):
     """Write ``text`` over ``path`` (links followed) through a dot-file beside it and an atomic rename.
 
     The temporary file is synced before the rename, so a reader (the kubelet watching a manifest
     directory, containerd reading its config) sees the old file or the new one, never a part.
-    ``new_file``: the file did not exist, it gets mode 0644. ``module`` is the AnsibleModule (its
-    atomic_move keeps owner, mode and SELinux context of an existing file).
+    ``new_file``: the file did not exist, it gets mode 0644, or ``mode`` when given (set after the
+    rename, where atomic_move gives a new file the umask's mode). ``module`` is the AnsibleModule
+    (its atomic_move keeps owner, mode and SELinux context of an existing file).
     """
     real = os.path.realpath(path)
     directory = os.path.dirname(real)
@@ -32,6 +62,18 @@ def write_atomic(module, path, text, new_file=False):
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+    if new_file and mode is not None:
+        os.chmod(real, mode)
+
+
+def file_diff(before, after, before_header, after_header=None):
+    """The ``diff`` of a file a module edits, as ``--diff`` shows it (``after_header``: as before)."""
+    return {
+        "before": before,
+        "after": after,
+        "before_header": before_header,
+        "after_header": before_header if after_header is None else after_header,
+    }
 
 
 def backup_copy(path, backup_dir):
@@ -39,5 +81,23 @@ def backup_copy(path, backup_dir):
     os.makedirs(backup_dir, mode=0o700, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     backup = os.path.join(backup_dir, f"{os.path.basename(path)}.{stamp}.{os.getpid()}.bak")
+    shutil.copy2(path, backup)
+    return backup
+
+
+def backup_name(path, now=None):
+    """``<path>.gpusplit-<UTC timestamp>.bak`` beside the file; never an existing file."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(now))
+    candidate = f"{path}.gpusplit-{stamp}.bak"
+    n = 1
+    while os.path.lexists(candidate):
+        candidate = f"{path}.gpusplit-{stamp}.{n}.bak"
+        n += 1
+    return candidate
+
+
+def backup_beside(path):
+    """Copy ``path`` (with its mode and times) to :func:`backup_name` beside it; returns the copy."""
+    backup = backup_name(path)
     shutil.copy2(path, backup)
     return backup

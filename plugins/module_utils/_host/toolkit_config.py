@@ -1,4 +1,6 @@
-"""Pure text editing of the nvidia-container-runtime ``config.toml``.
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Pure text editing of the nvidia-container-runtime ``config.toml``. Private to the collection.
 
 The NVIDIA Container Toolkit reads ``/etc/nvidia-container-runtime/config.toml``. gpusplit sets a
 few keys in it (``accept-nvidia-visible-devices-envvar-when-unprivileged = false`` and
@@ -16,14 +18,23 @@ re-serialised:
 
 The input must parse (``tomllib``), and the output is parsed again and checked to carry every
 requested value before it is returned. No I/O and no Ansible imports.
+
+``tomllib`` is in the standard library from Python 3.11 on. This file imports on older Pythons too
+(managed hosts run 3.8+), but editing needs it: without it, every call that parses refuses with a
+TomlEditError that names the Python version.
 """
 
 from __future__ import annotations
 
 import re
-import tomllib
+import sys
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    tomllib = None
 
 DEFAULT_PATH = "/etc/nvidia-container-runtime/config.toml"
 ENVVAR_WHEN_UNPRIVILEGED = "accept-nvidia-visible-devices-envvar-when-unprivileged"
@@ -38,6 +49,17 @@ _WS = " \t"
 
 class TomlEditError(GpusplitError):
     """The file cannot be edited safely (does not parse, bad key or value, ambiguous table)."""
+
+
+def _toml(name="config.toml"):
+    """The ``tomllib`` module; a TomlEditError naming the Python version when this Python lacks it."""
+    if tomllib is None:
+        raise TomlEditError(
+            f"{name}: reading TOML needs Python 3.11 or later (the standard library's tomllib); this host "
+            f"runs Python {sys.version_info[0]}.{sys.version_info[1]}: point ansible_python_interpreter at "
+            "a Python 3.11 or later"
+        )
+    return tomllib
 
 
 # --------------------------------------------------------------------------------------------
@@ -61,25 +83,20 @@ def split_key(key):
     return tuple(parts[:-1]), parts[-1]
 
 
+# TOML basic-string escapes; other control characters are written \uXXXX
+_ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+
+
 def _format_string(value):
-    out = ['"']
+    out = []
     for ch in value:
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ch == "\r":
-            out.append("\\r")
+        if ch in _ESCAPES:
+            out.append(_ESCAPES[ch])
         elif ord(ch) < 0x20 or ord(ch) == 0x7F:
             out.append(f"\\u{ord(ch):04X}")
         else:
             out.append(ch)
-    out.append('"')
-    return "".join(out)
+    return '"' + "".join(out) + '"'
 
 
 def format_value(value, key="value"):
@@ -94,18 +111,18 @@ def format_value(value, key="value"):
         return repr(value)
     if isinstance(value, str):
         return _format_string(value)
-    if isinstance(value, list | tuple):
+    if isinstance(value, (list, tuple)):
         return "[" + ", ".join(format_value(v, key) for v in value) + "]"
     raise TomlEditError(f"{key}: {value!r} ({type(value).__name__}) is not a bool, number, string or list")
 
 
 def _same(a, b):
     """Equality that tells bool from int (``True == 1`` in Python, not in TOML)."""
-    if isinstance(a, list | tuple) and isinstance(b, list | tuple):
-        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(a[i], b[i]) for i in range(len(a)))
     if isinstance(a, bool) or isinstance(b, bool):
         return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, list | tuple) or isinstance(b, list | tuple):
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
         return False
     return type(a) is type(b) and a == b
 
@@ -127,9 +144,10 @@ def lookup(data, table, name):
 
 def parse(text, name="config.toml"):
     """``tomllib.loads`` with an error that names the file."""
+    toml = _toml(name)
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        return toml.loads(text)
+    except toml.TOMLDecodeError as exc:
         raise TomlEditError(f"{name} is not valid TOML: {exc}") from None
 
 
@@ -173,7 +191,7 @@ def _parse_key(line, pos, stop_chars):
                 end += 1
             raw = "".join(buf)
             # decode the escapes the same way TOML does
-            parts.append(tomllib.loads(f'k = "{raw}"')["k"])
+            parts.append(_toml().loads(f'k = "{raw}"')["k"])
             pos = end + 1
         elif ch == "'":
             end = line.index("'", pos + 1)
@@ -315,7 +333,7 @@ def _commented_key(line):
         return None
     try:
         keys, _ = _parse_key(match.group("key") + "=", 0, "=")
-    except (TomlEditError, ValueError, tomllib.TOMLDecodeError):
+    except ValueError:  # TomlEditError and tomllib.TOMLDecodeError are ValueErrors
         return None
     return keys
 
@@ -460,7 +478,7 @@ def edit_config(text, settings, name="config.toml"):
         raise TomlEditError("settings must be a non-empty mapping of key -> value")
     data = parse(text, name)
     parsed = {}
-    for key in sorted(settings):
+    for key in sorted(settings, key=str):
         table, leaf = split_key(key)
         literal = format_value(settings[key], key)
         full = table + (leaf,)

@@ -1,6 +1,6 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""Batched server-side apply that writes nothing when nothing changed.
+"""Batched server-side apply that writes nothing when nothing changed. Private to the collection.
 
 Pure part (no I/O): validate the desired objects, decide per object whether the live object
 already carries every desired field (then it is left alone: no PATCH at all, so a re-run makes
@@ -21,13 +21,13 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import api_client
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import LABEL_MANAGED_BY
 
 try:
     import yaml
 except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
     yaml = None
-
-MANAGED_BY = "app.kubernetes.io/managed-by"
 
 # fields the server owns: never compared, never shown in a diff
 _VOLATILE_METADATA = (
@@ -41,7 +41,7 @@ _VOLATILE_METADATA = (
 
 
 class ApplyError(GpusplitError):
-    """Bad desired objects; raised before any request is sent."""
+    """Bad desired objects or prune specs; raised before any request is sent."""
 
 
 def object_key(obj):
@@ -54,32 +54,68 @@ def key_text(key):
     return f"{kind}/{namespace + '/' if namespace else ''}{name} ({api_version})"
 
 
-def validate_objects(objects):
-    """Every object needs apiVersion, kind and metadata.name, and no object may appear twice."""
+def object_problems(objects):
+    """What is wrong with the desired objects, one message each ([] when nothing is).
+
+    Every object needs apiVersion, kind and metadata.name (strings; metadata a mapping, its
+    namespace a string when given), and no object may appear twice.
+    """
     errors = []
     seen = set()
     for pos, obj in enumerate(objects):
         if not isinstance(obj, dict):
             errors.append(f"objects[{pos}] is a {type(obj).__name__}, not a mapping")
             continue
-        missing = [
-            f
-            for f, v in (
-                ("apiVersion", obj.get("apiVersion")),
-                ("kind", obj.get("kind")),
-                ("metadata.name", (obj.get("metadata") or {}).get("name")),
-            )
-            if not v
-        ]
+        meta = obj.get("metadata")
+        if meta is not None and not isinstance(meta, dict):
+            errors.append(f"objects[{pos}] metadata is a {type(meta).__name__}, not a mapping")
+            continue
+        meta = meta or {}
+        fields = (
+            ("apiVersion", obj.get("apiVersion")),
+            ("kind", obj.get("kind")),
+            ("metadata.name", meta.get("name")),
+        )
+        missing = [f for f, v in fields if not v]
         if missing:
             errors.append(f"objects[{pos}] lacks {', '.join(missing)}")
+            continue
+        fields += (("metadata.namespace", meta.get("namespace") or ""),)
+        not_text = [f"{f} ({type(v).__name__})" for f, v in fields if not isinstance(v, str)]
+        if not_text:
+            errors.append(f"objects[{pos}] has {', '.join(not_text)} where a string belongs")
             continue
         key = object_key(obj)
         if key in seen:
             errors.append(f"objects[{pos}] {key_text(key)} appears more than once")
         seen.add(key)
-    if errors:
-        raise ApplyError("; ".join(errors))
+    return errors
+
+
+def prune_problems(prune):
+    """What is wrong with the prune specs ({api_version, kind, label_selector, namespace?}), one message each.
+
+    The selector must include the ownership label, so that only owned objects are deleted.
+    """
+    errors = []
+    for pos, spec in enumerate(prune or []):
+        if not isinstance(spec, dict):
+            errors.append(f"prune[{pos}] is a {type(spec).__name__}, not a mapping")
+            continue
+        bad = [
+            f
+            for f in ("api_version", "kind", "label_selector")
+            if not spec.get(f) or not isinstance(spec[f], str)
+        ]
+        if spec.get("namespace") is not None and not isinstance(spec["namespace"], str):
+            bad.append("namespace")
+        if bad:
+            errors.append(f"prune[{pos}] needs {', '.join(bad)} as non-empty string(s)")
+        elif LABEL_MANAGED_BY not in spec["label_selector"]:
+            errors.append(
+                f"prune selector for {spec['kind']} must include {LABEL_MANAGED_BY} so that only owned objects are deleted"
+            )
+    return errors
 
 
 def is_subset(desired, live):
@@ -95,7 +131,7 @@ def is_subset(desired, live):
     if isinstance(desired, list):
         if not isinstance(live, list) or len(desired) != len(live):
             return False
-        return all(is_subset(d, x) for d, x in zip(desired, live, strict=True))
+        return all(is_subset(desired[i], live[i]) for i in range(len(desired)))
     if isinstance(desired, bool) or isinstance(live, bool):
         return desired is live
     if isinstance(desired, (int, float)) and isinstance(live, (int, float)):
@@ -216,9 +252,10 @@ def strip_server_fields(obj):
     for field in _VOLATILE_METADATA:
         meta.pop(field, None)
     annotations = meta.get("annotations") or {}
-    annotations.pop("deprecated.daemonset.template.generation", None)
-    if not annotations:
-        meta.pop("annotations", None)
+    if isinstance(annotations, dict):  # a desired object may carry anything; the apiserver judges it
+        annotations.pop("deprecated.daemonset.template.generation", None)
+        if not annotations:
+            meta.pop("annotations", None)
     return clean
 
 
@@ -227,7 +264,8 @@ def project(desired, live):
     if isinstance(desired, dict) and isinstance(live, dict):
         return {k: project(v, live[k]) for k, v in desired.items() if k in live}
     if isinstance(desired, list) and isinstance(live, list):
-        return [project(d, x) for d, x in zip(desired, live, strict=False)] + live[len(desired) :]
+        common = min(len(desired), len(live))
+        return [project(desired[i], live[i]) for i in range(common)] + live[len(desired) :]
     return live
 
 
@@ -264,11 +302,9 @@ class Cluster:
     """The I/O side: one LIST per kind, server-side apply per changed object, delete."""
 
     def __init__(self, kubeconfig=None, context=None):
-        from kubernetes import config
-        from kubernetes.dynamic import DynamicClient
+        from kubernetes.dynamic import DynamicClient  # guarded: only the module's run reaches here
 
-        api_client = config.new_client_from_config(config_file=kubeconfig, context=context)
-        self.client = DynamicClient(api_client)
+        self.client = DynamicClient(api_client({"kubeconfig": kubeconfig, "context": context}))
         self.writes = 0
         self._resources = {}
 
@@ -320,8 +356,8 @@ class Cluster:
         with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
             for phase in apply_phases(objects):
                 answers = pool.map(lambda i: self.apply(objects[i], field_manager, force, dry_run), phase)
-                for i, answer in zip(phase, answers, strict=True):
-                    results[i] = answer
+                for pos, answer in enumerate(answers):
+                    results[phase[pos]] = answer
         return results
 
     def delete(self, obj, dry_run=False):
@@ -337,14 +373,12 @@ def run(cluster, objects, field_manager="gpusplit", prune=None, check_mode=False
     """Apply `objects` and prune owned leftovers. Returns the module's result fields.
 
     prune: list of {api_version, kind, label_selector, namespace?}; only objects matching the
-    selector (which must include the ownership label) are candidates.
+    selector (which must include the ownership label) are candidates. Bad objects or prune specs
+    are refused (ApplyError, every reason at once) before any request is sent.
     """
-    validate_objects(objects)
-    for spec in prune or []:
-        if MANAGED_BY not in (spec.get("label_selector") or ""):
-            raise ApplyError(
-                f"prune selector for {spec.get('kind')} must include {MANAGED_BY} so that only owned objects are deleted"
-            )
+    problems = object_problems(objects) + prune_problems(prune)
+    if problems:
+        raise ApplyError("nothing was applied: " + "; ".join(problems))
     live = cluster.live_for(objects)
     plan = decide(objects, live, field_manager)
     changed_objs = plan["create"] + plan["update"]
@@ -355,7 +389,8 @@ def run(cluster, objects, field_manager="gpusplit", prune=None, check_mode=False
         changed_objs, field_manager, force=force, dry_run=check_mode, parallel=parallel
     )
     diffs = []
-    for obj, after in zip(changed_objs, results, strict=True):
+    for pos, obj in enumerate(changed_objs):
+        after = results[pos]
         key = object_key(obj)
         before = live.get(key)
         diffs.append(

@@ -1,10 +1,16 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""The one way gpusplit's modules connect to a cluster (options in doc fragment gpusplit.k8s.cluster)."""
+"""The one way gpusplit's modules connect to a cluster. Private to the collection.
+
+Options in doc fragment gpusplit.k8s.cluster. The kubernetes client is imported guarded: a module
+calls require_kubernetes() before anything here touches it.
+"""
 
 from __future__ import annotations
 
 import traceback
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 
 try:
     from kubernetes import config
@@ -31,6 +37,10 @@ def require_kubernetes(module):
 
 def api_client(params):
     """A kubernetes ApiClient from the module's kubeconfig/context parameters."""
+    if not HAS_K8S:
+        raise GpusplitError(
+            "the Python library kubernetes is needed to reach the cluster; it is not installed"
+        )
     return config.new_client_from_config(config_file=params.get("kubeconfig"), context=params.get("context"))
 
 

@@ -1,6 +1,6 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""One Helm release, installed or upgraded with the helm binary: helm 3 and helm 4.
+"""One Helm release, installed or upgraded with the helm binary: helm 3 and helm 4. Private to the collection.
 
 Why not kubernetes.core.helm: in kubernetes.core 6.x it ends every change by listing the release
 with ``helm list --all``, a flag helm 4 removed (all states are listed by default there; helm/helm
@@ -17,9 +17,8 @@ import json
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import DNS_LABEL_RE
 
-_RELEASE_NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_NAMESPACE_RE = _RELEASE_NAME_RE
 _DURATION_RE = re.compile(r"^(\d+(\.\d+)?(h|m|s|ms|us|ns))+$")
 
 
@@ -47,9 +46,9 @@ def check_request(name, namespace, chart_ref, chart_version, timeout=None):
             duration(timeout)
         except HelmError as exc:
             problems.append(str(exc))
-    if not name or len(name) > 53 or not _RELEASE_NAME_RE.match(name):
+    if not name or len(name) > 53 or not DNS_LABEL_RE.match(name):
         problems.append(f"release name {name!r} must be a DNS label of at most 53 characters (helm's limit)")
-    if not namespace or len(namespace) > 63 or not _NAMESPACE_RE.match(namespace):
+    if not namespace or len(namespace) > 63 or not DNS_LABEL_RE.match(namespace):
         problems.append(f"namespace {namespace!r} is not a DNS label")
     if not chart_ref:
         problems.append("chart_ref is empty")
@@ -143,6 +142,8 @@ def parse_values(text):
         raise HelmError(
             f"helm get values printed something that is not JSON: {str(text)[:200]!r} ({exc})"
         ) from exc
+    if values is not None and not isinstance(values, dict):
+        raise HelmError(f"helm get values printed a {type(values).__name__}, not a mapping of values")
     return values or {}
 
 

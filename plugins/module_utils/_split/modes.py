@@ -115,20 +115,42 @@ MODES = {
 MODE_NAMES = tuple(MODES)
 
 
+def find_mode(name):
+    """The :class:`Mode` called ``name``, or None when the table has no such mode."""
+    return MODES.get(name) if isinstance(name, str) else None
+
+
+def mode_has(name, field):
+    """The (boolean) ``field`` of mode ``name``: ``mode_has(plan["mode"], "split_plugin")``.
+
+    False for a name the table does not have (whoever needs a refusal there uses :func:`get_mode`).
+    """
+    mode = find_mode(name)
+    return mode is not None and bool(getattr(mode, field))
+
+
 def get_mode(name, where=""):
     """The :class:`Mode` called ``name``; a refusal naming ``where`` and the known modes otherwise."""
-    try:
-        return MODES[name]
-    except (KeyError, TypeError):
+    mode = find_mode(name)
+    if mode is None:
         prefix = f"{where}: " if where else ""
-        raise GpusplitError(f"{prefix}mode {name!r} is not one of {', '.join(MODE_NAMES)}") from None
+        raise GpusplitError([f"{prefix}mode {name!r} is not one of {', '.join(MODE_NAMES)}"])
+    return mode
 
 
 def names_where(**fields):
-    """The mode names whose fields equal ``fields``, in table order: names_where(split_plugin=True)."""
+    """The mode names whose fields equal ``fields``, in table order: names_where(split_plugin=True).
+
+    A field the table does not have is refused (GpusplitError naming the fields it has).
+    """
+    unknown = sorted(k for k in fields if k not in Mode._fields)
+    if unknown:
+        raise GpusplitError(
+            [f"split modes have no field {', '.join(unknown)} (fields: {', '.join(Mode._fields)})"]
+        )
     return tuple(m.name for m in MODES.values() if all(getattr(m, k) == v for k, v in fields.items()))
 
 
 def as_dicts():
-    """The table as plain dicts (for filters and docs)."""
-    return {name: dict(m._asdict()) for name, m in MODES.items()}
+    """The table as plain dicts, in table order (for filters and docs; ``renders`` is a list)."""
+    return {name: dict(m._asdict(), renders=list(m.renders)) for name, m in MODES.items()}

@@ -1,31 +1,36 @@
-"""Pure split planner: which GPUs of a host go to Kubernetes, which stay with the host.
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""The split planner: which GPUs of a host go to Kubernetes, which stay with the host.
 
-No I/O and no Ansible imports: the functions take GPU facts (as reported by the module
-``nvidia_gpu_facts``) plus the inventory's wishes and return plain dicts, deterministic for
-any order of the facts. Every refusal is collected (per host, then across the fleet) and
+Private to the collection. No I/O and no Ansible imports: the functions take GPU facts (as
+reported by the module ``nvidia_gpu_facts``) plus the inventory's wishes and return plain dicts,
+deterministic for any order of the facts. Every refusal is collected (per host, then across the fleet) and
 raised once as :class:`PlanError`, each message naming the host and the offending value.
+
+What differs between modes comes from the mode table (``modes.py``): whether the Kubernetes
+share is advertised as resources (``advertises_resources``), whether the MIG strategy applies
+(``mig_strategy_applies``), whether devices are named ``gpu-<minor>`` (``device_names_by_minor``)
+and whether Kubernetes gets a share at all (``kubernetes_share``). The facts are read in
+``inputs.py``, the ``split`` selectors in ``selectors.py``, the fleet table is ``table.py``.
 
 See docs/split.md for the schema of the plan and the rules.
 """
 
 from __future__ import annotations
 
-import fnmatch
-import re
-
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import (
-    normalize_pci_bus_id,
-    normalize_uuid,
-    pci_sort_key,
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.inputs import (
+    MAX_LISTED,
+    fmt_list,
+    read_facts,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import SHARE_NONE, get_mode
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.selectors import (
+    product_matches,
+    read_split,
 )
 
-MODES = ("device_plugin", "gpu_operator", "dra", "none")
-DEVICE_PLUGIN_MODES = ("device_plugin", "gpu_operator")
 MIG_STRATEGIES = ("none", "single", "mixed")
-KUBERNETES_SELECTORS = ("count", "uuids", "pci_bus_ids", "indices", "product")
-HOST_SELECTORS = ("host_count", "host_uuids", "host_pci_bus_ids", "host_indices")
-SPLIT_KEYS = KUBERNETES_SELECTORS + HOST_SELECTORS
 FLEET_ENTRY_KEYS = ("facts", "mode", "split", "mig_strategy", "exclude_unhealthy", "node_name")
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -34,433 +39,14 @@ SHARE_KUBERNETES = "kubernetes"
 SHARE_HOST = "host"
 SHARE_EXCLUDED = "excluded"
 
-_HEALTH_STATES = ("ok", "degraded", "lost")
-_GPU_UUID_RE = re.compile(r"^gpu-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")
-_MAX_LISTED = 16
-
 
 class PlanError(GpusplitError):
     """One or more refusals; ``errors`` holds every message (each names host and value)."""
 
 
-# --------------------------------------------------------------------------------------------
-# normalisation helpers (public: the renderers and the verify code use the same spelling)
-
-
-def short_pci(canonical):
-    """``00000000:17:00.0`` -> ``17:00.0`` (the domain stays when it is not 0)."""
-    if canonical.startswith("00000000:"):
-        return canonical[9:]
-    return canonical
-
-
 def mig_resource_name(profile):
     """The device plugin's resource for a MIG profile under mig_strategy mixed."""
     return MIG_RESOURCE_PREFIX + str(profile)
-
-
-def _int_or_none(value):
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
-
-
-def _fmt_list(values):
-    values = list(values)
-    if not values:
-        return "none"
-    shown = ", ".join(str(v) for v in values[:_MAX_LISTED])
-    if len(values) > _MAX_LISTED:
-        shown += f", ... ({len(values)} in all)"
-    return shown
-
-
-# --------------------------------------------------------------------------------------------
-# GPU facts
-
-
-class _Gpu:
-    __slots__ = (
-        "uuid",
-        "key",
-        "pci",
-        "sort_key",
-        "index",
-        "minor",
-        "name",
-        "memory",
-        "mig_enabled",
-        "mig_pending",
-        "migs",
-        "health",
-        "health_reasons",
-        "host_procs",
-    )
-
-    def describe(self):
-        return f"{self.uuid} ({self.pci}, index {self.index})"
-
-
-def _mig_sort_key(m):
-    def num(v):
-        return v if v is not None else -1
-
-    return (num(m["gpu_instance_id"]), num(m["compute_instance_id"]), num(m["index"]), m["uuid"])
-
-
-def _norm_mig_devices(host, gpu_uuid, raw, errors):
-    migs = []
-    if raw is None:
-        return migs
-    if not isinstance(raw, list | tuple):
-        errors.append(f"{host}: facts: mig_devices of GPU {gpu_uuid} is not a list: {raw!r}")
-        return migs
-    for item in raw:
-        if not isinstance(item, dict) or not isinstance(item.get("uuid"), str):
-            errors.append(f"{host}: facts: a MIG device of GPU {gpu_uuid} has no uuid: {item!r}")
-            continue
-        migs.append(
-            {
-                "uuid": normalize_uuid(item["uuid"]),
-                "index": _int_or_none(item.get("index")),
-                "profile": item.get("profile"),
-                "gpu_instance_id": _int_or_none(item.get("gpu_instance_id")),
-                "compute_instance_id": _int_or_none(item.get("compute_instance_id")),
-                "memory_total_mib": _int_or_none(item.get("memory_total_mib")),
-            }
-        )
-    migs.sort(key=_mig_sort_key)
-    return migs
-
-
-def _norm_health(raw):
-    health = raw.get("health") if isinstance(raw.get("health"), dict) else {}
-    status = health.get("status") or "ok"
-    reasons = [str(r) for r in (health.get("reasons") or [])]
-    if not isinstance(status, str) or status.lower() not in _HEALTH_STATES:
-        reasons = [f"unknown health status {status!r}", *reasons]
-        status = "degraded"
-    return status.lower(), reasons
-
-
-def _norm_gpu(host, pos, raw, errors):
-    if not isinstance(raw, dict):
-        errors.append(f"{host}: facts: GPU #{pos} is not a mapping: {raw!r}")
-        return None
-    health, reasons = _norm_health(raw)
-    uuid = normalize_uuid(raw.get("uuid"))
-    pci = normalize_pci_bus_id(raw.get("pci_bus_id"))
-    index = _int_or_none(raw.get("index"))
-    minor = _int_or_none(raw.get("minor_number"))
-    valid_uuid = bool(uuid) and _GPU_UUID_RE.match(uuid.lower()) is not None
-    if valid_uuid and pci is not None:
-        key = uuid.lower()
-        sort_key = pci_sort_key(pci)
-    elif health != "ok":
-        # a lost GPU, or one the driver would not open (no permission, unsupported), may not tell
-        # its identity: keep it, excluded (usable() refuses a GPU without UUID), after the others
-        uuid = uuid if valid_uuid else None
-        key = (
-            uuid.lower()
-            if uuid
-            else f"unidentified:{raw.get('uuid')}:{raw.get('pci_bus_id')}:{index}:{minor}"
-        )
-        sort_key = (1 << 40, -1 if index is None else index, -1 if minor is None else minor, key)
-    elif not valid_uuid:
-        errors.append(f"{host}: facts: GPU #{pos} has no valid GPU UUID: {raw.get('uuid')!r}")
-        return None
-    else:
-        errors.append(f"{host}: facts: GPU {uuid} has no valid pci_bus_id: {raw.get('pci_bus_id')!r}")
-        return None
-    g = _Gpu()
-    g.uuid = uuid
-    g.key = key
-    g.pci = pci
-    g.sort_key = sort_key
-    g.index = index
-    g.minor = minor
-    g.name = raw.get("name") if isinstance(raw.get("name"), str) else ""
-    g.memory = _int_or_none(raw.get("memory_total_mib"))
-    mig_mode = raw.get("mig_mode") if isinstance(raw.get("mig_mode"), dict) else {}
-    current = mig_mode.get("current")
-    pending = mig_mode.get("pending")
-    g.mig_enabled = isinstance(current, str) and current.lower() == "enabled"
-    g.mig_pending = pending if isinstance(pending, str) else None
-    if g.mig_pending is not None and isinstance(current, str) and pending.lower() == current.lower():
-        g.mig_pending = None
-    g.migs = _norm_mig_devices(host, uuid, raw.get("mig_devices"), errors)
-    g.health = health
-    g.health_reasons = reasons
-    g.host_procs = [
-        p for p in (raw.get("processes") or []) if isinstance(p, dict) and p.get("in_container") is not True
-    ]
-    return g
-
-
-def _norm_facts(host, facts, errors):
-    """Validate and normalise the facts; return the GPUs sorted by PCI bus id."""
-    if isinstance(facts, dict):
-        for key in ("gpus", "nvidia_gpus", "gpusplit_gpus"):
-            if isinstance(facts.get(key), list | tuple):
-                facts = facts[key]
-                break
-    if facts is None:
-        errors.append(f"{host}: facts: no GPU facts for this host (run nvidia_gpu_facts first)")
-        return []
-    if not isinstance(facts, list | tuple):
-        errors.append(f"{host}: facts: expected a list of GPUs, got {type(facts).__name__}")
-        return []
-    gpus = []
-    seen_uuid = set()
-    seen_pci = {}
-    for pos, raw in enumerate(facts):
-        g = _norm_gpu(host, pos, raw, errors)
-        if g is None:
-            continue
-        if g.key in seen_uuid:
-            errors.append(f"{host}: facts: GPU UUID {g.uuid} is reported twice")
-            continue
-        if g.pci is not None and g.pci in seen_pci:
-            errors.append(
-                f"{host}: facts: PCI bus id {g.pci} is reported for both {seen_pci[g.pci]} and {g.uuid}"
-            )
-            continue
-        seen_uuid.add(g.key)
-        if g.pci is not None:
-            seen_pci[g.pci] = g.uuid
-        gpus.append(g)
-    gpus.sort(key=lambda g: g.sort_key)
-    return gpus
-
-
-# --------------------------------------------------------------------------------------------
-# selectors
-
-
-def _as_value_list(host, key, value, errors):
-    if isinstance(value, str):
-        values = [v for v in (part.strip() for part in value.split(",")) if v]
-    elif isinstance(value, list | tuple):
-        values = list(value)
-    else:
-        errors.append(f"{host}: split.{key}: expected a list, got {value!r}")
-        return None
-    if not values:
-        instead = "host_count: 0" if key.startswith("host_") else "count: 0"
-        errors.append(f"{host}: split.{key}: {value!r} selects nothing (write {instead} to mean none)")
-        return None
-    return values
-
-
-def _dedupe(key, selected, warnings):
-    out = []
-    seen = set()
-    for g in selected:
-        if g.key in seen:
-            warnings.append(f"split.{key} names GPU {g.uuid} more than once")
-            continue
-        seen.add(g.key)
-        out.append(g)
-    return out
-
-
-_LEGACY_MIG_RE = re.compile(r"^MIG-(GPU-[0-9a-f-]+)/(\d+)/(\d+)$")
-
-
-def _mig_lookup(gpus):
-    """{lower MIG uuid or legacy MIG-GPU-<uuid>/<gi>/<ci>: (parent gpu, mig)}."""
-    out = {}
-    for g in gpus:
-        for m in g.migs:
-            out[m["uuid"].lower()] = (g, m)
-            if m["gpu_instance_id"] is not None and m["compute_instance_id"] is not None:
-                legacy = f"MIG-{g.uuid}/{m['gpu_instance_id']}/{m['compute_instance_id']}"
-                out[legacy.lower()] = (g, m)
-    return out
-
-
-def _resolve_mig_picks(host, key, picks, mig_refusal, errors):
-    """Whole parent GPUs for MIG devices named in split.<key>, or None after a refusal.
-
-    A split device plugin that sees a GPU advertises every MIG device on it (it has no per-MIG
-    filter), so a GPU's MIG devices can only go to one share together: naming some of them and
-    not the others is refused, naming all of them selects the GPU.
-    """
-    if not picks:
-        return []
-    if mig_refusal:
-        named = [m["uuid"] for _, ms in picks.values() for m in ms]
-        what = "is a MIG device" if len(named) == 1 else "are MIG devices"
-        errors.append(f"{host}: split.{key}: {_fmt_list(named)} {what}; {mig_refusal}")
-        return None
-    out = []
-    for parent, named in picks.values():
-        names = {m["uuid"] for m in named}
-        missing = [m for m in parent.migs if m["uuid"] not in names]
-        if missing:
-            errors.append(
-                f"{host}: split.{key} names {len(names)} of the {len(parent.migs)} MIG devices of GPU "
-                f"{parent.describe()} ({_fmt_list(sorted(names))}); a device plugin that sees the GPU "
-                f"advertises all of them, so {_fmt_list(m['uuid'] for m in missing)} would go to the "
-                "same share: name every MIG device of the GPU, or change its MIG layout "
-                "(nvidia.com/mig.config) so that it holds only the devices for this share"
-            )
-            continue
-        out.append(parent)
-    return out if len(out) == len(picks) else None
-
-
-def _resolve_uuids(host, key, value, gpus, errors, warnings, mig_refusal=None):
-    """GPUs named by GPU UUID, or by the MIG UUIDs of all their MIG devices.
-
-    ``mig_refusal``: why MIG devices cannot be selected on this host (mode, MIG strategy), or
-    None when they can.
-    """
-    values = _as_value_list(host, key, value, errors)
-    if values is None:
-        return None
-    by_uuid = {g.key: g for g in gpus}
-    migs = _mig_lookup(gpus)
-    out = []
-    picks = {}  # parent key -> (parent, [mig, ...]) in the order named
-    ok = True
-    for raw in values:
-        norm = normalize_uuid(raw)
-        low = norm.lower() if norm else None
-        if low in by_uuid:
-            out.append(by_uuid[low])
-        elif low in migs:
-            parent, mig = migs[low]
-            entry = picks.setdefault(parent.key, (parent, []))
-            if mig in entry[1]:
-                warnings.append(f"split.{key} names MIG device {mig['uuid']} more than once")
-            else:
-                entry[1].append(mig)
-        elif norm is None:
-            ok = False
-            errors.append(f"{host}: split.{key}: {raw!r} is not a GPU UUID")
-        else:
-            ok = False
-            if norm.startswith("MIG-"):
-                known = _fmt_list(m["uuid"] for g in gpus for m in g.migs)
-                errors.append(
-                    f"{host}: split.{key}: unknown MIG device UUID {raw!r} (MIG devices on this host: {known})"
-                )
-            else:
-                known = _fmt_list(g.uuid for g in gpus)
-                errors.append(f"{host}: split.{key}: unknown GPU UUID {raw!r} (this host has: {known})")
-    parents = _resolve_mig_picks(host, key, picks, mig_refusal, errors)
-    if not ok or parents is None:
-        return None
-    named_whole = {g.key for g in out}
-    for parent in parents:
-        if parent.key in named_whole:
-            warnings.append(f"split.{key} names GPU {parent.uuid} and also each of its MIG devices")
-        else:
-            out.append(parent)
-    return _dedupe(key, out, warnings)
-
-
-def _resolve_pci(host, key, value, gpus, errors, warnings):
-    values = _as_value_list(host, key, value, errors)
-    if values is None:
-        return None
-    by_pci = {g.pci: g for g in gpus}
-    out = []
-    ok = True
-    for raw in values:
-        norm = normalize_pci_bus_id(raw)
-        if norm is None:
-            errors.append(
-                f"{host}: split.{key}: {raw!r} is not a PCI bus id (expected e.g. 00000000:17:00.0)"
-            )
-            ok = False
-        elif norm not in by_pci:
-            known = _fmt_list(g.pci for g in gpus)
-            errors.append(f"{host}: split.{key}: unknown PCI bus id {raw!r} (this host has: {known})")
-            ok = False
-        else:
-            out.append(by_pci[norm])
-    if not ok:
-        return None
-    return _dedupe(key, out, warnings)
-
-
-def _resolve_indices(host, key, value, gpus, errors, warnings):
-    if isinstance(value, int) and not isinstance(value, bool):
-        value = [value]
-    values = _as_value_list(host, key, value, errors)
-    if values is None:
-        return None
-    by_index = {g.index: g for g in gpus if g.index is not None}
-    out = []
-    ok = True
-    for raw in values:
-        idx = _int_or_none(raw)
-        if idx is None:
-            errors.append(f"{host}: split.{key}: {raw!r} is not a GPU index")
-            ok = False
-        elif idx not in by_index:
-            known = _fmt_list(sorted(by_index))
-            errors.append(f"{host}: split.{key}: unknown GPU index {raw!r} (this host has: {known})")
-            ok = False
-        else:
-            out.append(by_index[idx])
-    if not ok:
-        return None
-    out = _dedupe(key, out, warnings)
-    stable = key.replace("indices", "uuids")
-    warnings.append(
-        f"split.{key}: NVML indices are not stable across reboots; today they are "
-        f"{_fmt_list(g.uuid for g in out)} - prefer split.{stable}"
-    )
-    return out
-
-
-_RESOLVERS = {
-    "uuids": _resolve_uuids,
-    "pci_bus_ids": _resolve_pci,
-    "indices": _resolve_indices,
-    "host_uuids": _resolve_uuids,
-    "host_pci_bus_ids": _resolve_pci,
-    "host_indices": _resolve_indices,
-}
-
-
-def _parse_count(host, key, value, errors):
-    count = _int_or_none(value)
-    if count is None or count < 0:
-        errors.append(f"{host}: split.{key}: {value!r} is not a whole number >= 0")
-        return None
-    return count
-
-
-def _product_patterns(host, value, errors):
-    if isinstance(value, str):
-        patterns = [value]
-    elif isinstance(value, list | tuple) and value and all(isinstance(v, str) for v in value):
-        patterns = list(value)
-    else:
-        errors.append(f"{host}: split.product: expected a product name or glob, got {value!r}")
-        return None
-    patterns = [p.strip().lower() for p in patterns]
-    if not all(patterns):
-        errors.append(f"{host}: split.product: empty product name in {value!r}")
-        return None
-    return patterns
-
-
-def _product_matches(name, patterns):
-    low = name.lower()
-    return any(low == p or fnmatch.fnmatchcase(low, p) for p in patterns)
-
-
-# --------------------------------------------------------------------------------------------
-# planning
 
 
 def _health_reason(g):
@@ -489,7 +75,8 @@ class _Split:
     def __init__(self, host, gpus, mode, mig_strategy, exclude_unhealthy, errors, warnings):
         self.host = host
         self.gpus = gpus
-        self.mode = mode
+        self.mode = mode.name
+        self.mode_info = mode  # the mode's entry in the table
         self.mig_strategy = mig_strategy
         self.exclude_unhealthy = exclude_unhealthy
         self.errors = errors
@@ -515,9 +102,9 @@ class _Split:
 
 def _mig_selection_refusal(st):
     """Why this host's split cannot name MIG devices, or None when it can."""
-    if st.mode == "dra":
+    if st.mode_info.device_names_by_minor:
         return (
-            "mode dra keeps the host share off Kubernetes with one DeviceTaintRule per whole GPU "
+            f"mode {st.mode} keeps the host share off Kubernetes with one DeviceTaintRule per whole GPU "
             "(gpu-<minor>); name the parent GPU instead"
         )
     if st.mig_strategy == "none":
@@ -526,56 +113,6 @@ def _mig_selection_refusal(st):
             "to hand out MIG devices"
         )
     return None
-
-
-def _read_split(st, split):
-    """Validate the split mapping; return the parsed selections or None on error."""
-    host, errors, warnings = st.host, st.errors, st.warnings
-    if split is None:
-        split = {}
-    if not isinstance(split, dict):
-        errors.append(f"{host}: split: expected a mapping, got {split!r}")
-        return None
-    unknown = sorted(str(k) for k in split if k not in SPLIT_KEYS)
-    if unknown:
-        errors.append(
-            f"{host}: split: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(SPLIT_KEYS)})"
-        )
-    k_keys = [k for k in KUBERNETES_SELECTORS if split.get(k) is not None]
-    h_keys = [k for k in HOST_SELECTORS if split.get(k) is not None]
-    for side, keys, allowed in (
-        ("Kubernetes", k_keys, KUBERNETES_SELECTORS),
-        ("host", h_keys, HOST_SELECTORS),
-    ):
-        if len(keys) > 1:
-            errors.append(
-                f"{host}: split: more than one selector for the {side} share: {', '.join(keys)} "
-                f"(use exactly one of {', '.join(allowed)})"
-            )
-    if not k_keys and not h_keys and not unknown:
-        errors.append(
-            f"{host}: split: {split!r} names no selector; give exactly one of {', '.join(SPLIT_KEYS)} "
-            "(host_count: 0 gives Kubernetes every GPU)"
-        )
-    if errors:
-        return None
-    st.k_sel = k_sel = k_keys[0] if k_keys else None
-    st.h_sel = h_sel = h_keys[0] if h_keys else None
-    sel = {"k_explicit": None, "h_explicit": None, "k_count": None, "h_count": None, "patterns": None}
-    for side, key in (("k_explicit", k_sel), ("h_explicit", h_sel)):
-        if key in _RESOLVERS:
-            extra = {"mig_refusal": _mig_selection_refusal(st)} if key.endswith("uuids") else {}
-            sel[side] = _RESOLVERS[key](host, key, split[key], st.gpus, errors, warnings, **extra)
-    if k_sel == "count":
-        sel["k_count"] = _parse_count(host, k_sel, split[k_sel], errors)
-    if h_sel == "host_count":
-        sel["h_count"] = _parse_count(host, h_sel, split[h_sel], errors)
-    if k_sel == "product":
-        sel["patterns"] = _product_patterns(host, split["product"], errors)
-        sel["product"] = split["product"]
-    if errors:
-        return None
-    return sel
 
 
 def _place_explicit(st, sel):
@@ -612,9 +149,9 @@ def _place_explicit(st, sel):
 
 def _place_product(st, sel):
     patterns = sel["patterns"]
-    matched = [g for g in st.gpus if _product_matches(g.name, patterns)]
+    matched = [g for g in st.gpus if product_matches(g.name, patterns)]
     if not matched:
-        names = _fmt_list(sorted({g.name for g in st.gpus}))
+        names = fmt_list(sorted({g.name for g in st.gpus}))
         st.errors.append(
             f"{st.host}: split.product {sel['product']!r} matches no GPU on this host (products: {names})"
         )
@@ -624,7 +161,7 @@ def _place_product(st, sel):
     if overlap:
         st.errors.append(
             f"{st.host}: split.product {sel['product']!r} and {st.origin[overlap[0].key]} both name "
-            f"GPU(s) {_fmt_list(g.describe() for g in overlap)}; a GPU belongs to one share (narrow the "
+            f"GPU(s) {fmt_list(g.describe() for g in overlap)}; a GPU belongs to one share (narrow the "
             f"product pattern, or keep only GPUs of other products in {st.origin[overlap[0].key]})"
         )
         return
@@ -632,7 +169,7 @@ def _place_product(st, sel):
     if not picked:
         st.errors.append(
             f"{st.host}: split.product {sel['product']!r} matches only GPUs that are unhealthy: "
-            f"{_fmt_list(g.describe() for g in matched)}"
+            f"{fmt_list(g.describe() for g in matched)}"
         )
         return
     for g in picked:
@@ -710,15 +247,15 @@ def _check_mig(st, whole_gpu_only):
                     "or keep it for the host"
                 )
         return
-    if st.mode not in DEVICE_PLUGIN_MODES:
+    if not st.mode_info.mig_strategy_applies:
         return
     mig_on = [g for g in kube if g.mig_enabled]
     if st.mig_strategy == "single":
         if mig_on and len(mig_on) != len(kube):
             st.errors.append(
                 f"{host}: mig_strategy single needs one MIG mode across the Kubernetes share; "
-                f"MIG enabled: {_fmt_list(g.uuid for g in mig_on)}; "
-                f"MIG disabled: {_fmt_list(g.uuid for g in kube if not g.mig_enabled)}"
+                f"MIG enabled: {fmt_list(g.uuid for g in mig_on)}; "
+                f"MIG disabled: {fmt_list(g.uuid for g in kube if not g.mig_enabled)}"
             )
         for g in mig_on:
             if not g.migs:
@@ -744,21 +281,23 @@ def _check_mig(st, whole_gpu_only):
                     )
 
 
-def _check_dra(st):
+def _check_minor_names(st):
+    """A mode that names devices gpu-<minor> needs the minor number of every GPU it may taint."""
     for g in st.gpus:
         share = st.share[g.key]
         if share == SHARE_EXCLUDED and g.minor is None and (g.health == "lost" or g.uuid is None):
             st.warnings.append(
-                f"mode dra: {g.health} GPU {g.describe()} has no minor_number; no DeviceTaintRule can name it"
+                f"mode {st.mode}: {g.health} GPU {g.describe()} has no minor_number; "
+                "no DeviceTaintRule can name it"
             )
         elif share != SHARE_KUBERNETES and g.minor is None:
             st.errors.append(
-                f"{st.host}: mode dra: GPU {g.describe()} has no minor_number, "
+                f"{st.host}: mode {st.mode}: GPU {g.describe()} has no minor_number, "
                 "so its DRA device name gpu-<minor> is unknown"
             )
         if share == SHARE_HOST and g.mig_enabled:
             st.warnings.append(
-                f"mode dra: GPU {g.uuid} has MIG enabled; its MIG devices get DeviceTaintRules by the names "
+                f"mode {st.mode}: GPU {g.uuid} has MIG enabled; its MIG devices get DeviceTaintRules by the names "
                 "the DRA driver publishes, so they are covered only once the driver has published them"
             )
 
@@ -772,7 +311,7 @@ def _final_warnings(st):
             )
         if st.share[g.key] == SHARE_KUBERNETES and g.host_procs:
             procs = ", ".join(
-                f"pid {p.get('pid')} ({p.get('name') or '?'})" for p in g.host_procs[:_MAX_LISTED]
+                f"pid {p.get('pid')} ({p.get('name') or '?'})" for p in g.host_procs[:MAX_LISTED]
             )
             st.warnings.append(
                 f"GPU {g.uuid} goes to Kubernetes but runs {len(g.host_procs)} process(es) "
@@ -786,29 +325,34 @@ def _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name):
     warnings = []
     host = str(host)
     node = str(node_name) if node_name else host
-    if mode not in MODES:
-        errors.append(f"{host}: mode {mode!r} is not one of {', '.join(MODES)}")
+    info = None
+    try:
+        info = get_mode(mode, where=host)
+    except GpusplitError as exc:
+        errors.extend(exc.errors)
     if mig_strategy is None:
         mig_strategy = "none"
     if mig_strategy not in MIG_STRATEGIES:
         errors.append(f"{host}: mig_strategy {mig_strategy!r} is not one of {', '.join(MIG_STRATEGIES)}")
     if not isinstance(exclude_unhealthy, bool):
         errors.append(f"{host}: exclude_unhealthy {exclude_unhealthy!r} is not a boolean")
-    gpus = _norm_facts(host, facts, errors)
+    gpus = read_facts(host, facts, errors)
     if errors:
         return None, errors
 
-    st = _Split(host, gpus, mode, mig_strategy, exclude_unhealthy, errors, warnings)
-    if mode == "none":
+    st = _Split(host, gpus, info, mig_strategy, exclude_unhealthy, errors, warnings)
+    if info.kubernetes_share == SHARE_NONE:
         if split:
-            warnings.append("mode none: split is ignored, every GPU stays with the host")
+            warnings.append(f"mode {mode}: split is ignored, every GPU stays with the host")
         for g in gpus:
-            st.put(g, SHARE_HOST, "mode none")
+            st.put(g, SHARE_HOST, f"mode {mode}")
     else:
-        whole_gpu_only = mode in DEVICE_PLUGIN_MODES and mig_strategy == "none"
-        sel = _read_split(st, split)
+        # a device plugin under mig_strategy none advertises whole GPUs only
+        whole_gpu_only = info.mig_strategy_applies and mig_strategy == "none"
+        sel = read_split(host, split, gpus, errors, warnings, _mig_selection_refusal(st))
         if sel is None:
             return None, errors
+        st.k_sel, st.h_sel = sel["k_sel"], sel["h_sel"]
         # order: explicit lists (both sides) -> product -> host_count -> count -> the rest
         _place_explicit(st, sel)
         if not errors and sel["patterns"] is not None:
@@ -819,8 +363,8 @@ def _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name):
             return None, errors
         _place_rest(st)
         _check_mig(st, whole_gpu_only)
-        if mode == "dra":
-            _check_dra(st)
+        if info.device_names_by_minor:
+            _check_minor_names(st)
         if errors:
             return None, errors
     _final_warnings(st)
@@ -859,7 +403,8 @@ def _assemble(st, node):
     kube_uuids, host_uuids, excluded, kube_migs = [], [], [], []
     dra_devices, dra_excluded, out_gpus = [], [], []
     resources = {}
-    advertises = mode in DEVICE_PLUGIN_MODES
+    advertises = st.mode_info.advertises_resources
+    by_minor = st.mode_info.device_names_by_minor
     for g in st.gpus:
         share = st.share[g.key]
         out_gpus.append(
@@ -889,13 +434,13 @@ def _assemble(st, node):
                 resources[GPU_RESOURCE] = resources.get(GPU_RESOURCE, 0) + 1
         elif share == SHARE_HOST:
             host_uuids.append(g.uuid)
-            if mode == "dra":
+            if by_minor:
                 dra_devices.append(f"gpu-{g.minor}")
         else:
             excluded.append(
                 {"uuid": g.uuid, "pci_bus_id": g.pci, "reason": st.excluded_reason.get(g.key, "")}
             )
-            if mode == "dra" and g.minor is not None:
+            if by_minor and g.minor is not None:
                 dra_excluded.append(f"gpu-{g.minor}")
     resources.setdefault(GPU_RESOURCE, 0)
     resources = {k: resources[k] for k in sorted(resources)}
@@ -998,57 +543,14 @@ def fleet_warnings(nodes):
     return [f"{host}: {w}" for host, plan in nodes.items() for w in plan["warnings"]]
 
 
-# --------------------------------------------------------------------------------------------
-# table
-
-
 def node_plans(plan):
     """The node plans of a fleet plan, a node plan, or a list of node plans (in order)."""
     if isinstance(plan, dict) and isinstance(plan.get("nodes"), dict):
         return list(plan["nodes"].values())
     if isinstance(plan, dict) and "host" in plan and "gpus" in plan:
         return [plan]
-    if isinstance(plan, list | tuple):
+    if isinstance(plan, (list, tuple)):
         return list(plan)
     raise PlanError(
         [f"expected a fleet plan, a node plan or a list of node plans, got {type(plan).__name__}"]
     )
-
-
-def _share_cell(plan, share):
-    buses = [
-        short_pci(g["pci_bus_id"]) if g["pci_bus_id"] else "?" for g in plan["gpus"] if g["share"] == share
-    ]
-    if not buses:
-        return "0"
-    return f"{len(buses)} ({' '.join(buses)})"
-
-
-def fleet_table(plan):
-    """A fixed-width table: node, mode, host GPUs, Kubernetes GPUs, excluded (count and bus ids)."""
-    nodes = node_plans(plan)
-    header = ("NODE", "MODE", "HOST GPUS", "KUBERNETES GPUS", "EXCLUDED")
-    rows = []
-    totals = [0, 0, 0]
-    for p in nodes:
-        name = p["node"] if p["node"] == p["host"] else f"{p['node']} ({p['host']})"
-        rows.append(
-            (
-                name,
-                p["mode"],
-                _share_cell(p, SHARE_HOST),
-                _share_cell(p, SHARE_KUBERNETES),
-                _share_cell(p, SHARE_EXCLUDED),
-            )
-        )
-        totals[0] += p["host_count"]
-        totals[1] += p["kubernetes_count"]
-        totals[2] += p["excluded_count"]
-    footer = (f"TOTAL {len(nodes)} node(s)", "", *(str(t) for t in totals))
-    widths = [max(len(r[i]) for r in (header, footer, *rows)) for i in range(len(header))]
-
-    def line(cells):
-        return "  ".join(c.ljust(w) for c, w in zip(cells, widths, strict=True)).rstrip()
-
-    sep = "  ".join("-" * w for w in widths)
-    return "\n".join([line(header), sep, *(line(r) for r in rows), sep, line(footer)])

@@ -1,6 +1,6 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""Verification of a split against what the cluster and the hosts really show. Pure functions.
+"""Verification of a split against what the cluster and the hosts really show. Private to the collection.
 
 Inputs are plain data the playbook reads once per run: the fleet plan, the live Node objects,
 the live device-plugin pods, and each host's GPU facts (with their compute processes). The
@@ -8,18 +8,33 @@ verdict per node is OK (everything as planned), DRIFT (not yet or no longer as p
 nothing a pod could misuse: e.g. fewer GPUs advertised than planned, plugin pod not running) or
 FAIL (the split does not hold: more GPUs advertised than the Kubernetes share, a host process on
 a Kubernetes GPU, a container process on a host GPU, two device plugins on one node).
+
+What a node's mode expects comes from the mode table (``modes.py``): the planned resources are
+advertised (``advertises_resources``), the split plugin runs there (``split_plugin``), another
+device plugin may run there (``other_plugins_allowed``), processes are checked
+(``checks_processes``). Pure functions.
 """
 
 from __future__ import annotations
 
 import json
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
+    APP_NAME,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    MANAGED_BY,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import get_mode
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import (
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    SHARE_HOST,
+    SHARE_KUBERNETES,
+)
+
 OK, DRIFT, FAIL = "OK", "DRIFT", "FAIL"
-GPU_RESOURCE = "nvidia.com/gpu"
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
-PLUGIN_MODES = ("device_plugin", "gpu_operator")
-PLUGIN_NAME_LABEL = "app.kubernetes.io/name"
-PLUGIN_NAME = "gpusplit-device-plugin"
 PLUGIN_IMAGE_HINT = "k8s-device-plugin"
 
 
@@ -57,7 +72,7 @@ def _plugin_pods_by_node(pods):
 
 
 def _is_ours(pod):
-    return ((pod.get("metadata") or {}).get("labels") or {}).get(PLUGIN_NAME_LABEL) == PLUGIN_NAME
+    return ((pod.get("metadata") or {}).get("labels") or {}).get(LABEL_NAME) == APP_NAME
 
 
 def unmanaged_plugin_daemonsets(daemonsets):
@@ -65,7 +80,7 @@ def unmanaged_plugin_daemonsets(daemonsets):
     out = []
     for ds in daemonsets or []:
         meta = ds.get("metadata") or {}
-        if (meta.get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpusplit":
+        if (meta.get("labels") or {}).get(LABEL_MANAGED_BY) == MANAGED_BY:
             continue
         containers = (((ds.get("spec") or {}).get("template") or {}).get("spec") or {}).get(
             "containers"
@@ -98,9 +113,9 @@ def check_processes(node_plan, gpus):
         for proc in gpu.get("processes") or []:
             in_container = proc.get("in_container")
             who = f"pid {proc.get('pid')} ({proc.get('name') or '?'})"
-            if share == "kubernetes" and in_container is False:
+            if share == SHARE_KUBERNETES and in_container is False:
                 reasons.append(f"host process {who} runs on Kubernetes GPU {gpu['uuid']}")
-            elif share == "host" and in_container is True:
+            elif share == SHARE_HOST and in_container is True:
                 reasons.append(f"container process {who} runs on host GPU {gpu['uuid']}")
     return reasons
 
@@ -139,7 +154,8 @@ def verify_node(node_plan, node, plugin_pods, gpus):
     """
     fails, drifts = [], []
     mode = node_plan["mode"]
-    planned = node_plan.get("resources", {}) if mode in PLUGIN_MODES else {}
+    info = get_mode(mode, where=f"{node_plan['host']}: node plan")
+    planned = node_plan.get("resources", {}) if info.advertises_resources else {}
     expected_resources = {GPU_RESOURCE: 0, **{k: int(v) for k, v in planned.items()}}
     expected = expected_resources[GPU_RESOURCE]
     allocatable = None
@@ -166,13 +182,13 @@ def verify_node(node_plan, node, plugin_pods, gpus):
         fails.append(
             f"{len(running)} device plugins run on the node ({names}); they share the kubelet checkpoint"
         )
-    if mode in PLUGIN_MODES and expected > 0:
+    if info.split_plugin and expected > 0:
         ours = [p for p in running if _is_ours(p)]
         if not ours:
             drifts.append("the node's split device-plugin pod is not running")
-    elif mode in ("none", "dra") and running:
+    elif not info.split_plugin and not info.other_plugins_allowed and running:
         fails.append(f"a device plugin runs on a node in mode {mode}")
-    if mode != "none":  # a node left alone is not split: any process may use any GPU
+    if info.checks_processes:  # a node left alone is not split: any process may use any GPU
         fails.extend(check_processes(node_plan, gpus))
     verdict = FAIL if fails else DRIFT if drifts else OK
     return {
@@ -191,8 +207,30 @@ def verify_node(node_plan, node, plugin_pods, gpus):
     }
 
 
+def require_fleet_plan(plan):
+    """Refuse (GpusplitError with every reason) what is not a fleet plan of the table's modes."""
+    if not isinstance(plan, dict) or not isinstance(plan.get("nodes"), dict):
+        raise GpusplitError(["plan: expected a fleet plan with a 'nodes' mapping (from the gpu_plan role)"])
+    errors = []
+    for host in sorted(plan["nodes"], key=str):
+        node_plan = plan["nodes"][host]
+        if not isinstance(node_plan, dict):
+            errors.append(f"{host}: node plan: expected a mapping, got {type(node_plan).__name__}")
+            continue
+        try:
+            get_mode(node_plan.get("mode"), where=f"{host}: node plan")
+        except GpusplitError as exc:
+            errors.extend(exc.errors)
+    if errors:
+        raise GpusplitError(errors)
+
+
 def verify_fleet(plan, nodes, pods, facts_by_host):
-    """The fleet report: one entry per planned node, and the counts of each verdict."""
+    """The fleet report: one entry per planned node, and the counts of each verdict.
+
+    A plan that is not a fleet plan of known modes is refused (:func:`require_fleet_plan`).
+    """
+    require_fleet_plan(plan)
     by_name = {n["metadata"]["name"]: n for n in nodes or []}
     pods_by_node = _plugin_pods_by_node(pods)
     entries = []
@@ -241,7 +279,7 @@ def report_table(report):
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header) - 1)]
     lines = []
     for row in [header, *rows]:
-        lines.append("  ".join(c.ljust(w) for c, w in zip(row[:-1], widths, strict=True)) + "  " + row[-1])
+        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(row[:-1])) + "  " + row[-1])
     c = report["counts"]
     lines.append(f"{len(rows)} node(s): {c[OK]} OK, {c[DRIFT]} DRIFT, {c[FAIL]} FAIL")
     return "\n".join(lines)

@@ -11,6 +11,7 @@ import pytest
 import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import MODE_NAMES
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -61,6 +62,16 @@ def test_every_spec_loads_into_the_validator(role):
 )
 def test_gpu_plan_refuses_bad_values(values, text):
     assert text in errors("gpu_plan", values)
+
+
+def test_gpu_plan_mode_choices_are_the_mode_table():
+    """A mode added to _split/modes.py is added to the role's choices too (and nothing else is)."""
+    mode = spec("gpu_plan")["gpusplit_mode"]
+    assert mode["choices"] == list(MODE_NAMES), (
+        "roles/gpu_plan/meta/argument_specs.yml: gpusplit_mode choices must be the mode table's names "
+        f"{list(MODE_NAMES)}"
+    )
+    assert mode["default"] in MODE_NAMES
 
 
 def test_gpu_plan_accepts_the_documented_forms():

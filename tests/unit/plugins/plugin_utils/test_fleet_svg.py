@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import xml.etree.ElementTree as ET
 
-from ansible_collections.gpusplit.k8s.plugins.filter.fleet_svg import gpusplit_fleet_svg
+from ansible_collections.gpusplit.k8s.plugins.filter.fleet_svg import fleet_svg as fleet_svg_filter
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import fleet_svg
@@ -205,7 +205,7 @@ def test_real_planner_and_verifier_output():
         for p in plan["nodes"].values()
     ]
     report = verify.verify_fleet(plan, nodes, [], {})
-    root = parse(gpusplit_fleet_svg(report, plan))
+    root = parse(fleet_svg_filter(report, plan))
     cells = groups(root, "gpu")
     assert len(cells) == 12
     shares = sorted(g.get("class").split()[1] for g in cells)

@@ -1,4 +1,4 @@
-"""GPU Operator mode: the ClusterPolicy fields, Helm values, MIG labels, collisions (plugins/plugin_utils/gpu_operator.py).
+"""GPU Operator mode: ClusterPolicy fields, Helm values, MIG labels, collisions (plugin_utils/gpu_operator*.py).
 
 The ClusterPolicy gpusplit renders is validated against the real CRD's openAPIV3Schema and every
 Helm value it sets is looked up in the real chart values (NVIDIA/gpu-operator v26.7.0, copied into
@@ -18,8 +18,9 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpusplit.k8s.plugins.filter import gpu_operator as gpu_operator_filters
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import MIG_STRATEGIES, plan_fleet
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator as G
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator_checks as C
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 
 ROOT = Path(__file__).resolve().parents[4]
@@ -163,7 +164,7 @@ def test_toolkit_env_is_an_atomic_list_in_the_crd(schema):
         assert "x-kubernetes-list-type" not in env and "x-kubernetes-list-map-keys" not in env
         assert env["items"]["required"] == ["name"]
     assert schema["properties"]["spec"]["properties"]["mig"]["properties"]["strategy"]["enum"] == list(
-        G.MIG_STRATEGIES
+        MIG_STRATEGIES
     )
 
 
@@ -363,16 +364,16 @@ def test_the_operators_status_decides_which_is_active():
 
 
 def test_one_mig_strategy_for_the_gpu_operator_nodes():
-    assert G.fleet_mig_strategy(fleet()) == ("single", [])
+    assert C.fleet_mig_strategy(fleet()) == ("single", [])
     mixed = fleet(**{"op-a": {"facts": facts("dgx-h100"), "mode": "gpu_operator", "split": {"count": 2}}})
-    strategy, errors = G.fleet_mig_strategy(mixed)
+    strategy, errors = C.fleet_mig_strategy(mixed)
     assert strategy is None
     assert "none: op-a; single: op-mig" in errors[0] and "same gpusplit_mig_strategy" in errors[0]
-    _, errors = G.fleet_mig_strategy(fleet(), "mixed")
+    _, errors = C.fleet_mig_strategy(fleet(), "mixed")
     assert "gpusplit_operator_mig_strategy is mixed" in errors[0]
     only_dp = fleet(**{"op-a": None, "op-mig": None})
-    assert G.fleet_mig_strategy(only_dp) == (None, [])
-    assert G.fleet_mig_strategy(only_dp, "single") == ("single", [])
+    assert C.fleet_mig_strategy(only_dp) == (None, [])
+    assert C.fleet_mig_strategy(only_dp, "single") == ("single", [])
     # the device_plugin node's own strategy (none) does not count
     assert fleet()["nodes"]["dp-b"]["mig_strategy"] == "none"
 
@@ -392,15 +393,15 @@ def test_mixed_strategies_are_refused_with_every_other_refusal_at_once():
 
 def test_mig_config_labels_and_their_rules():
     plan = fleet()
-    labels, errors, warnings = G.mig_config_labels(plan, {"op-mig": "all-3g.40gb", "op-a": "all-disabled"})
+    labels, errors, warnings = C.mig_config_labels(plan, {"op-mig": "all-3g.40gb", "op-a": "all-disabled"})
     assert labels == {"op-mig": "all-3g.40gb", "op-a": "all-disabled"} and errors == warnings == []
-    _, errors, _ = G.mig_config_labels(plan, {"op-mig": "all-balanced"})
+    _, errors, _ = C.mig_config_labels(plan, {"op-mig": "all-balanced"})
     assert "mig_strategy single needs" in errors[0]
-    _, _, warnings = G.mig_config_labels(plan, {"op-mig": "my-custom"})
+    _, _, warnings = C.mig_config_labels(plan, {"op-mig": "my-custom"})
     assert "not a stock all-<profile> config" in warnings[0]
-    _, errors, _ = G.mig_config_labels(plan, {"op-mig": "bad value!"})
+    _, errors, _ = C.mig_config_labels(plan, {"op-mig": "bad value!"})
     assert "not a valid label value" in errors[0]
-    _, errors, _ = G.mig_config_labels(plan, {"op-mig": "all-3g.40gb"}, migmanager_enabled=False)
+    _, errors, _ = C.mig_config_labels(plan, {"op-mig": "all-3g.40gb"}, migmanager_enabled=False)
     assert "migManager.enabled false" in errors[0]
     none_plan = fleet(
         **{
@@ -408,10 +409,10 @@ def test_mig_config_labels_and_their_rules():
             "op-mig": None,
         }
     )
-    _, errors, _ = G.mig_config_labels(none_plan, {"op-a": "all-1g.10gb"})
+    _, errors, _ = C.mig_config_labels(none_plan, {"op-a": "all-1g.10gb"})
     assert "gpusplit_mig_strategy is none" in errors[0]
-    assert G.mig_config_labels(none_plan, {"op-a": "all-disabled"})[0] == {"op-a": "all-disabled"}
-    assert G.mig_config_labels(plan, {"not-planned": "all-1g.10gb"})[0] == {}
+    assert C.mig_config_labels(none_plan, {"op-a": "all-disabled"})[0] == {"op-a": "all-disabled"}
+    assert C.mig_config_labels(plan, {"not-planned": "all-1g.10gb"})[0] == {}
 
 
 def test_mig_split_selects_the_mig_devices_of_whole_gpus():
@@ -509,9 +510,9 @@ def test_mig_state_and_labels_left_in_place_are_reported():
 
 def test_a_hardened_toolkit_needs_volume_mounts_split_plugins():
     plan = fleet()
-    assert G.check_plugin_hardening(plan, "volume-mounts", True) == []
-    assert G.check_plugin_hardening(plan, "envvar", False) == []
-    (msg,) = G.check_plugin_hardening(plan, "cdi", True)
+    assert C.check_plugin_hardening(plan, "volume-mounts", True) == []
+    assert C.check_plugin_hardening(plan, "envvar", False) == []
+    (msg,) = C.check_plugin_hardening(plan, "cdi", True)
     assert "dp-b, op-a, op-mig" in msg and "volume-mounts" in msg and "toolkit_hardening: false" in msg
 
 
@@ -575,7 +576,7 @@ def test_the_operators_plugin_is_no_collision_on_split_nodes():
     all_ds = [gated, gated_affinity, gfd, stock, excluded, pinned_elsewhere, pinned_here, ours]
 
     def names(plan, operator_managed):
-        return [d["metadata"]["name"] for d in G.colliding_plugin_daemonsets(all_ds, plan, operator_managed)]
+        return [d["metadata"]["name"] for d in C.colliding_plugin_daemonsets(all_ds, plan, operator_managed)]
 
     only_operator = fleet(**{"dp-b": None})
     assert names(only_operator, False) == ["nvidia-device-plugin-daemonset-stock", "here"]
@@ -591,9 +592,9 @@ def test_the_operators_plugin_is_no_collision_on_split_nodes():
 
 def test_may_run_on_follows_kubernetes_node_selection():
     labels = {"a": "1", "n": "5"}
-    assert G.may_run_on({}, "x", labels)
-    assert not G.may_run_on({"nodeSelector": {"a": "2"}}, "x", labels)
-    assert G.may_run_on({"nodeSelector": {"unknown": "2"}}, "x", labels)
+    assert C.may_run_on({}, "x", labels)
+    assert not C.may_run_on({"nodeSelector": {"a": "2"}}, "x", labels)
+    assert C.may_run_on({"nodeSelector": {"unknown": "2"}}, "x", labels)
 
     def aff(*terms):
         return {
@@ -604,17 +605,17 @@ def test_may_run_on_follows_kubernetes_node_selection():
             }
         }
 
-    assert not G.may_run_on(aff({}), "x", labels)  # an empty term matches nothing
-    assert not G.may_run_on(
+    assert not C.may_run_on(aff({}), "x", labels)  # an empty term matches nothing
+    assert not C.may_run_on(
         aff({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]}), "x", labels
     )
-    assert G.may_run_on(
+    assert C.may_run_on(
         aff({"matchExpressions": [{"key": "n", "operator": "Gt", "values": ["4"]}]}), "x", labels
     )
-    assert not G.may_run_on(
+    assert not C.may_run_on(
         aff({"matchExpressions": [{"key": "n", "operator": "Lt", "values": ["4"]}]}), "x", labels
     )
-    assert G.may_run_on(
+    assert C.may_run_on(
         aff(
             {"matchExpressions": [{"key": "a", "operator": "In", "values": ["9"]}]},
             {"matchExpressions": [{"key": "a", "operator": "Exists"}]},
@@ -622,7 +623,7 @@ def test_may_run_on_follows_kubernetes_node_selection():
         "x",
         labels,
     )
-    assert not G.may_run_on(
+    assert not C.may_run_on(
         aff({"matchFields": [{"key": "metadata.name", "operator": "NotIn", "values": ["x"]}]}), "x", labels
     )
 
@@ -648,7 +649,7 @@ def test_operator_plugin_pods_left_on_split_nodes():
         pod("dp-b", {"kubernetes.io/hostname": "dp-b"}, {"app.kubernetes.io/managed-by": "gpusplit"}),
         pod("dp-b", gate, image="nvcr.io/nvidia/gpu-operator:v26.7.0"),
     ]
-    assert [p["metadata"]["name"] for p in G.operator_plugin_pods_on_split_nodes(pods, plan)] == ["p-op-a"]
+    assert [p["metadata"]["name"] for p in C.operator_plugin_pods_on_split_nodes(pods, plan)] == ["p-op-a"]
 
 
 # --------------------------------------------------------------------------------------------
@@ -707,8 +708,8 @@ def test_colliding_plugins_refuse_only_with_refuse():
 def test_filters_wrap_refusals_and_read_hostvars():
     filters = gpu_operator_filters.FilterModule().filters()
     with pytest.raises(AnsibleFilterError, match="GPU Operator mode refused:\n- 2 ClusterPolicies"):
-        filters["gpusplit_operator_config"](fleet(), {}, [live_policy("a"), live_policy("b")], VM)
+        filters["operator_config"](fleet(), {}, [live_policy("a"), live_policy("b")], VM)
     hostvars = {"h1": {"gpusplit_mig_config": "all-1g.10gb"}, "h2": {}, "h3": {"gpusplit_mig_config": ""}}
-    assert filters["gpusplit_mig_configs"](hostvars, ["h1", "h2", "h3"]) == {"h1": "all-1g.10gb"}
-    assert filters["gpusplit_colliding_plugins"]([], fleet(), True) == []
-    assert filters["gpusplit_operator_plugin_pods"]([], fleet()) == []
+    assert filters["mig_configs"](hostvars, ["h1", "h2", "h3"]) == {"h1": "all-1g.10gb"}
+    assert filters["colliding_plugins"]([], fleet(), True) == []
+    assert filters["operator_plugin_pods"]([], fleet()) == []

@@ -266,11 +266,11 @@ def test_marker_regex_matches_only_the_marker_line():
 
 def test_filters():
     filters = host_share_filter.FilterModule().filters()
-    share = filters["gpusplit_host_share"](plan(), ["a"], "/x")
+    share = filters["host_share"](plan(), ["a"], "/x")
     assert share["dropins"][0]["unit"] == "a.service"
-    assert filters["gpusplit_stale_dropins"](None, share) == []
+    assert filters["stale_dropins"](None, share) == []
     with pytest.raises(AnsibleFilterError, match="gpusplit host share refused:\n- gpu-01: "):
-        filters["gpusplit_host_share"](dict(plan(), mode="bogus"))
+        filters["host_share"](dict(plan(), mode="bogus"))
 
 
 # --------------------------------------------------------------------------------------------

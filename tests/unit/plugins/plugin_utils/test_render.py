@@ -561,17 +561,17 @@ def test_filter_plugin_exposes_the_functions_and_wraps_errors():
     from ansible_collections.gpusplit.k8s.plugins.filter.split import FilterModule
 
     filters = FilterModule().filters()
-    for name in ("gpusplit_plan", "gpusplit_fleet_plan", "gpusplit_render_daemonsets", "gpusplit_plan_table"):
+    for name in ("node_plan", "fleet_plan", "render_daemonsets", "plan_table"):
         assert name in filters
-    plan = filters["gpusplit_plan"]([gpu(i) for i in range(2)], "gpu-a", "device_plugin", {"count": 1})
+    plan = filters["node_plan"]([gpu(i) for i in range(2)], "gpu-a", "device_plugin", {"count": 1})
     assert plan["kubernetes_count"] == 1
-    assert len(filters["gpusplit_render_daemonsets"](plan)) == 1
-    assert "gpu-a" in filters["gpusplit_plan_table"](plan)
+    assert len(filters["render_daemonsets"](plan)) == 1
+    assert "gpu-a" in filters["plan_table"](plan)
     with pytest.raises(AnsibleFilterError) as exc:
-        filters["gpusplit_fleet_plan"]({"h1": {"facts": [], "mode": "all", "split": {}}})
+        filters["fleet_plan"]({"h1": {"facts": [], "mode": "all", "split": {}}})
     assert "h1: mode 'all' is not one of" in str(exc.value)
     with pytest.raises(AnsibleFilterError, match="settings.hardening"):
-        filters["gpusplit_render_daemonsets"](plan, {"hardening": "x"})
+        filters["render_daemonsets"](plan, {"hardening": "x"})
 
 
 def test_prune_scope_keeps_nodes_outside_the_run():

@@ -179,12 +179,10 @@ def test_135_and_unknown_versions_are_refused():
 
 def test_filters():
     f = workload_filters.FilterModule().filters()
-    objects = f["gpusplit_gang_job"](JOB, "1.37")
+    objects = f["gang_job"](JOB, "1.37")
     assert objects == workload.render_gang_job(JOB, "1.37")
-    assert f["gpusplit_podgroup"](JOB)["kind"] == "PodGroup"
-    assert f["gpusplit_podgroup_api_version"]("1.36") == "scheduling.k8s.io/v1alpha2"
     with pytest.raises(AnsibleFilterError, match="gang job refused:\n- min_count 9 > replicas 4"):
-        f["gpusplit_gang_job"]({**JOB, "min_count": 9})
+        f["gang_job"]({**JOB, "min_count": 9})
 
 
 def test_rendered_job_is_applyable_yaml():

@@ -314,15 +314,15 @@ def test_lists_multi_docs_and_other_kinds():
 
 def test_table_and_filter():
     bad = wrap("Job", pod_spec(container(env={"NVIDIA_VISIBLE_DEVICES": "all"})), name="etl")
-    findings = lint_filter.gpusplit_workload_lint([bad])
-    table = lint_filter.gpusplit_lint_table(findings)
+    findings = lint_filter.workload_lint([bad])
+    table = lint_filter.lint_table(findings)
     assert table.splitlines()[0].startswith("ERROR    Job/team-a/etl  [main]  visible-devices-env: ")
     assert table.splitlines()[-1] == "1 finding(s): 1 error(s), 0 warning(s)"
     assert wl.lint_table([]) == "no findings"
     from ansible.errors import AnsibleFilterError
 
     with pytest.raises(AnsibleFilterError):
-        lint_filter.gpusplit_workload_lint([bad], gpu_taint={"key": ""})
+        lint_filter.workload_lint([bad], gpu_taint={"key": ""})
 
 
 # --------------------------------------------------------------------------------------------
@@ -416,6 +416,6 @@ def test_guard_refuses_bad_settings(settings):
 
 
 def test_guard_filter_and_yaml_round_trip():
-    objs = lint_filter.gpusplit_guard_objects({"name": "g"})
+    objs = lint_filter.admission_guard_objects({"name": "g"})
     assert yaml.safe_load(yaml.safe_dump(objs)) == objs
     assert copy.deepcopy(objs) == wl.guard_objects({"name": "g"})  # deterministic

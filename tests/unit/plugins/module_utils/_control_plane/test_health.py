@@ -21,8 +21,8 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpusplit.k8s.plugins.filter import control_plane_gates as cpg_filters
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import flags as cpf
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import health as cp_health
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import rancher as cpf
 from ansible_collections.gpusplit.k8s.plugins.modules import control_plane_health
 
 ROOT = Path(__file__).resolve().parents[5]
@@ -582,8 +582,8 @@ def filters():
 
 
 def test_rancher_dropin_rendering_for_generic_workload():
-    text = filters()["gpusplit_rancher_dropin"](
-        {"GenericWorkload": True}, {"scheduling.k8s.io/v1beta1": "true"}, "Written by gpusplit."
+    text = cpf.render_rancher_dropin(
+        {"GenericWorkload": True}, {"scheduling.k8s.io/v1beta1": "true"}, header="Written by gpusplit."
     )
     assert text == (
         "# Written by gpusplit.\n"
@@ -607,7 +607,7 @@ def test_rancher_dropin_rendering_for_generic_workload():
 
 
 def test_rancher_dropin_is_deterministic_and_sorted():
-    render = filters()["gpusplit_rancher_dropin"]
+    render = cpf.render_rancher_dropin
     a = render({"GenericWorkload": True, "DRADeviceTaintRules": True}, {})
     b = render({"DRADeviceTaintRules": "true", "GenericWorkload": "True"}, None)
     assert a == b
@@ -620,22 +620,19 @@ def test_rancher_dropin_is_deterministic_and_sorted():
 
 def test_detect_and_version_filters():
     f = filters()
-    assert (
-        f["gpusplit_cp_detect"]({"static_pod_manifests": ["kube-apiserver.yaml", "etcd.yaml"]})["kind"]
-        == "kubeadm"
-    )
-    assert f["gpusplit_cp_detect"]({"rancher": "rke2"})["kind"] == "rke2"
-    managed = f["gpusplit_cp_detect"]({"node_labels": [{"eks.amazonaws.com/nodegroup": "gpu"}]})
+    assert f["cp_detect"]({"static_pod_manifests": ["kube-apiserver.yaml", "etcd.yaml"]})["kind"] == "kubeadm"
+    assert f["cp_detect"]({"rancher": "rke2"})["kind"] == "rke2"
+    managed = f["cp_detect"]({"node_labels": [{"eks.amazonaws.com/nodegroup": "gpu"}]})
     assert managed["kind"] == "managed" and "cannot be changed by gpusplit" in managed["message"]
     manifest = (ROOT / "tests" / "fixtures" / "kubeadm" / "v1beta4" / "kube-apiserver.yaml").read_text()
-    assert f["gpusplit_cp_manifest_version"](manifest) == "1.37.2"
-    assert f["gpusplit_cp_version_output"]("k3s version v1.37.2+k3s1 (abcdef)\ngo version go1.26") == "1.37.2"
+    assert f["cp_manifest_version"](manifest) == "1.37.2"
+    assert f["cp_version_output"]("k3s version v1.37.2+k3s1 (abcdef)\ngo version go1.26") == "1.37.2"
     with pytest.raises(AnsibleFilterError, match="not a Pod manifest"):
-        f["gpusplit_cp_manifest_version"]("kind: Service\n")
+        f["cp_manifest_version"]("kind: Service\n")
 
 
 def test_enabled_api_versions_filter():
-    enabled = filters()["gpusplit_cp_enabled_api_versions"]
+    enabled = filters()["cp_enabled_api_versions"]
     assert enabled(
         {"scheduling.k8s.io/v1beta1": "true", "resource.k8s.io/v1beta2": "false", "api/alpha": "true"}
     ) == ["scheduling.k8s.io/v1beta1"]
@@ -643,10 +640,16 @@ def test_enabled_api_versions_filter():
         "scheduling.k8s.io/v1alpha3"
     ]
     assert enabled({}) == []
+    # kube-apiserver's reading: no value is on, Go ParseBool otherwise (what it refuses is not on)
+    assert enabled({"a.io/v1": None, "b.io/v1": "", "c.io/v1": "TRUE", "d.io/v1": "tRuE", "e.io/v1": 0}) == [
+        "a.io/v1",
+        "b.io/v1",
+        "c.io/v1",
+    ]
 
 
 def test_component_error_filter_reads_stdout_and_stderr():
-    f = filters()["gpusplit_cp_component_error"]
+    f = filters()["cp_component_error"]
     assert f(["", "Error: unknown flag: --runtime-config\n"]) == ["Error: unknown flag: --runtime-config"]
     assert f(APISERVER_CRASH_LOG, 1)[0].endswith('err="unrecognized feature gate: NoSuchGateForGpusplit"')
 

@@ -7,12 +7,15 @@ import difflib
 import json
 import os
 import stat
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import files
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toolkit_config as tc
 from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_toolkit_config
 
@@ -344,10 +347,10 @@ def test_module_refuses_a_directory(tmp_path, capsys):
 
 def test_backup_name_never_overwrites(tmp_path):
     path = str(tmp_path / "config.toml")
-    first = nvidia_toolkit_config.backup_name(path, now=0)
+    first = files.backup_name(path, now=0)
     assert first == path + ".gpusplit-19700101T000000Z.bak"
     Path(first).write_text("x")
-    assert nvidia_toolkit_config.backup_name(path, now=0) == path + ".gpusplit-19700101T000000Z.1.bak"
+    assert files.backup_name(path, now=0) == path + ".gpusplit-19700101T000000Z.1.bak"
 
 
 def test_module_symlinked_config_is_edited_in_place(config, tmp_path, capsys):
@@ -367,3 +370,46 @@ def test_module_documentation_matches_its_arguments():
     assert set(doc["options"]) == {"path", "settings", "backup", "create", "state"}
     assert doc["options"]["path"]["default"] == tc.DEFAULT_PATH
     assert doc["options"]["settings"]["default"] == tc.HARDENING_SETTINGS
+
+
+def test_without_tomllib_editing_names_the_python_it_needs(monkeypatch, config, capsys):
+    monkeypatch.setattr(tc, "tomllib", None)
+    with pytest.raises(tc.TomlEditError, match=r"config.toml: reading TOML needs Python 3.11 or later"):
+        tc.edit_config(generated(), tc.HARDENING_SETTINGS)
+    rc, out = run_module({"path": str(config)}, capsys)
+    assert rc == 1 and out["msg"].startswith(
+        f"refusing to edit {config}: {config}: reading TOML needs Python"
+    )
+    assert "this host runs Python 3." in out["msg"]
+
+
+def test_imports_on_a_python_without_tomllib():
+    """Managed hosts run Python 3.8+: the file must import there (tomllib is 3.11+), and say why it cannot edit."""
+    code = (
+        "import sys; sys.modules['tomllib'] = None\n"
+        "from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toolkit_config as tc\n"
+        "assert tc.tomllib is None\n"
+        "try:\n    tc.edit_config('', tc.HARDENING_SETTINGS)\n"
+        "except tc.TomlEditError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=False,
+        env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
+    )
+    assert done.returncode == 0, done.stderr
+    assert "reading TOML needs Python 3.11 or later" in done.stdout
+
+
+def test_module_refuses_a_file_that_is_not_utf8(config, capsys):
+    config.write_bytes(b"x = '\xff'\n")
+    rc, out = run_module({"path": str(config)}, capsys)
+    assert rc == 1 and out["msg"].startswith(f"{config} is not UTF-8 text: ")
+    assert out["path"] == str(config) and backups(config) == []
+
+
+def test_a_setting_name_that_is_not_a_string_is_refused():
+    with pytest.raises(tc.TomlEditError, match="setting name 1 is not a non-empty string"):
+        tc.edit_config(generated(), {1: True, ENVVAR: False})

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply as k8s_apply
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import LABEL_MANAGED_BY
 
 
 def node(labels, managed=None):
@@ -68,7 +69,7 @@ def daemonset(ns, name):
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
-        "metadata": {"name": name, "namespace": ns, "labels": {k8s_apply.MANAGED_BY: "gpusplit"}},
+        "metadata": {"name": name, "namespace": ns, "labels": {LABEL_MANAGED_BY: "gpusplit"}},
         "spec": {"selector": {"matchLabels": {"n": name}}},
     }
 
@@ -154,3 +155,70 @@ def test_check_mode_reports_objects_of_a_new_namespace_without_a_failing_dry_run
 def test_check_mode_still_dry_runs_into_a_namespace_that_is_missing_and_not_in_the_batch():
     with pytest.raises(RuntimeError, match='namespaces "elsewhere" not found'):
         k8s_apply.run(FakeApiserver(), [daemonset("elsewhere", "a")], check_mode=True)
+
+
+@pytest.mark.parametrize(
+    ("objects", "prune", "needle"),
+    [
+        ([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}], [], "objects[0] lacks metadata.name"),
+        ([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": "x"}], [], "objects[0] metadata is a str"),
+        ([{"apiVersion": 1, "kind": "ConfigMap", "metadata": {"name": "a"}}], [], "apiVersion (int)"),
+        (
+            [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": ["n"]}}],
+            [],
+            "metadata.namespace (list)",
+        ),
+        (["x"], [], "objects[0] is a str, not a mapping"),
+        ([namespace("a"), namespace("a")], [], "objects[1] Namespace/a (v1) appears more than once"),
+        ([namespace("a")], [{"kind": "DaemonSet"}], "prune[0] needs api_version, label_selector"),
+        ([namespace("a")], [{"api_version": "v1", "kind": "X", "label_selector": 3}], "needs label_selector"),
+        (
+            [namespace("a")],
+            [{"api_version": "apps/v1", "kind": "DaemonSet", "label_selector": "app=x"}],
+            "prune selector for DaemonSet must include app.kubernetes.io/managed-by",
+        ),
+    ],
+)
+def test_bad_objects_and_prune_specs_are_refused_before_any_request(objects, prune, needle):
+    cluster = FakeApiserver()
+    with pytest.raises(k8s_apply.ApplyError) as caught:
+        k8s_apply.run(cluster, objects, prune=prune)
+    assert str(caught.value).startswith("nothing was applied: ")
+    assert needle in str(caught.value)
+    assert cluster.sent == [] and cluster.writes == 0
+
+
+def test_every_reason_is_given_at_once():
+    objs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}, "x"]
+    with pytest.raises(k8s_apply.ApplyError) as caught:
+        k8s_apply.run(FakeApiserver(), objs, prune=[{"kind": "DaemonSet"}])
+    assert str(caught.value) == (
+        "nothing was applied: objects[0] lacks metadata.name; objects[1] is a str, not a mapping; "
+        "prune[0] needs api_version, label_selector as non-empty string(s)"
+    )
+
+
+def test_the_module_reports_a_refusal_without_a_traceback(monkeypatch, capsys):
+    import json
+
+    from ansible.module_utils.testing import patch_module_args
+
+    from ansible_collections.gpusplit.k8s.plugins.modules import cluster_apply
+
+    monkeypatch.setattr(cluster_apply, "Cluster", lambda kubeconfig, context: FakeApiserver())
+    args = {"objects": [namespace("a")], "prune": [{"kind": "DaemonSet"}]}
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        cluster_apply.main()
+    out = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 1 and "exception" not in out
+    assert (
+        out["msg"] == "nothing was applied: prune[0] needs api_version, label_selector as non-empty string(s)"
+    )
+    assert out["errors"] == [out["msg"]]
+
+
+def test_check_mode_shows_an_object_of_a_new_namespace_whatever_its_annotations():
+    odd = daemonset("gpusplit-system", "a")
+    odd["metadata"]["annotations"] = "not a mapping"  # the real run's apiserver refuses it, naming it
+    result = k8s_apply.run(FakeApiserver(), [namespace("gpusplit-system"), odd], check_mode=True)
+    assert result["not_dry_run"] == ["DaemonSet/gpusplit-system/a (apps/v1)"]

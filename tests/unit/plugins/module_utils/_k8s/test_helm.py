@@ -121,3 +121,34 @@ def test_the_chart_name_of_a_reference():
     assert H.chart_name_of(OCI) == "dra-driver-nvidia-gpu"
     assert H.chart_name_of("nvidia-dra-driver-gpu") == "nvidia-dra-driver-gpu"
     assert H.is_oci(OCI) and not H.is_oci("gpu-operator")
+
+
+def test_values_that_are_not_a_mapping_are_refused():
+    with pytest.raises(H.HelmError, match="helm get values printed a list, not a mapping"):
+        H.parse_values("[1, 2]")
+
+
+def test_the_module_names_the_release_in_a_refusal(tmp_path, capsys):
+    import json
+
+    from ansible.module_utils.testing import patch_module_args
+
+    from ansible_collections.gpusplit.k8s.plugins.modules import helm_release
+
+    helm = tmp_path / "helm"
+    helm.write_text("#!/bin/sh\nexit 0\n")
+    helm.chmod(0o755)
+    args = {
+        "name": "Not_A_Label",
+        "namespace": "dra-ns",
+        "chart_ref": OCI,
+        "chart_version": "0.4.1",
+        "binary_path": str(helm),
+    }
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        helm_release.main()
+    out = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 1
+    assert out["msg"].startswith(
+        "helm release dra-ns/Not_A_Label: release name 'Not_A_Label' must be a DNS label"
+    )

@@ -15,6 +15,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import
     plan_fleet,
     plan_node,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.table import fleet_table, short_pci
 
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-40GB"
@@ -745,7 +746,7 @@ def test_fleet_plan_summary_warnings_and_table():
         "by_mode": {"device_plugin": 1, "dra": 1, "none": 1},
     }
     assert any(w.startswith("gpu-a: split.indices") for w in plan["warnings"])
-    table = sp.fleet_table(plan)
+    table = fleet_table(plan)
     lines = table.splitlines()
     assert lines[0].split() == ["NODE", "MODE", "HOST", "GPUS", "KUBERNETES", "GPUS", "EXCLUDED"]
     assert lines[2].split()[:3] == ["cpu-c", "none", "0"]
@@ -754,7 +755,7 @@ def test_fleet_plan_summary_warnings_and_table():
     assert lines[-1].split() == ["TOTAL", "3", "node(s)", "12", "3", "1"]
     widths = {len(line) for line in lines if line.startswith("-")}
     assert len(widths) == 1  # fixed width
-    assert sp.fleet_table(plan["nodes"]["gpu-b"]).splitlines()[2].startswith("gpu-b")
+    assert fleet_table(plan["nodes"]["gpu-b"]).splitlines()[2].startswith("gpu-b")
 
 
 def test_fleet_refuses_two_hosts_on_one_node_name():
@@ -790,7 +791,7 @@ def test_normalisers():
     assert ids.normalize_pci_bus_id("3b:00") is None
     assert ids.normalize_uuid(" GPU-ABC ") == "GPU-abc"
     assert ids.normalize_uuid("mig-gpu-ABC/1/0") == "MIG-GPU-abc/1/0"
-    assert sp.short_pci("00000001:3B:00.0") == "00000001:3B:00.0"
+    assert short_pci("00000001:3B:00.0") == "00000001:3B:00.0"
 
 
 def test_lost_gpu_without_identity_is_excluded_not_refused():
@@ -803,7 +804,7 @@ def test_lost_gpu_without_identity_is_excluded_not_refused():
     assert plan["gpus"][-1]["share"] == "excluded"  # unidentified GPUs come last
     assert plan["dra_excluded_devices"] == []
     assert any("no DeviceTaintRule can name it" in w for w in plan["warnings"])
-    assert "1 (?)" in sp.fleet_table(plan)
+    assert "1 (?)" in fleet_table(plan)
     # a healthy GPU without identity is still refused
     facts[3]["health"] = {"status": "ok", "reasons": []}
     assert refused("gpu-a", facts, "dra", {"count": 2}).errors == [

@@ -1,0 +1,148 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""The DeviceClass of whole GPUs, and the devices the DRA driver publishes (for the lab harness). Private to the collection.
+
+``device_class_context`` is the DeviceClass the chart installs as gpu.nvidia.com;
+``slice_devices`` and ``resource_slice_context`` are what the driver's kubelet plugin would
+publish for a node's GPU facts, which the lab (no GPUs, no kubelet) publishes in its place.
+gpusplit never applies these to a real cluster. Rendered by ``plugins/plugin_utils/dra_render.py``.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import (
+    DEVICE_CLASS,
+    DEVICE_CLASS_SELECTOR,
+    DRIVER,
+    DraError,
+    device_name,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import normalize_pci_bus_id
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import format_version, parse_version
+
+
+def device_class_context(
+    name=DEVICE_CLASS, expression=DEVICE_CLASS_SELECTOR, extended_resource_name=None, labels=None
+):
+    """The DeviceClass of whole NVIDIA GPUs, as the chart installs it (templates/deviceclass.yaml.j2)."""
+    return {
+        "name": name,
+        "expression": expression,
+        "extended_resource_name": extended_resource_name or "",
+        "labels": dict(labels or {}),
+    }
+
+
+def dra_pci_bus_id(value):
+    """NVML ``00000000:1B:00.0`` -> ``0000:1b:00.0`` (the extended BDF form of resource.kubernetes.io/pciBusID)."""
+    canonical = normalize_pci_bus_id(value)
+    if canonical is None:
+        return None
+    domain, rest = canonical.split(":", 1)
+    return f"{int(domain, 16):04x}:{rest.lower()}"
+
+
+def semver(text):
+    """``570.172.08`` -> ``570.172.8``: a version attribute must be strict semver (no leading zeros)."""
+    version = parse_version(text, inside=True) if text else None
+    return format_version(version) if version else None
+
+
+# LAB HARNESS ONLY: GPU instance profile ids and memory-slice sizes of an A100 80GB, as
+# `nvidia-smi mig -lgip` lists them (NVIDIA MIG user guide, "A100 MIG profiles"); the harness
+# needs them to name MIG devices the way the driver does. gpusplit itself never predicts MIG
+# device names: it reads them from the published ResourceSlices (parentUUID attribute).
+_LAB_MIG_PROFILES = {
+    "1g.10gb": (19, 1),
+    "1g.10gb+me": (20, 1),
+    "1g.20gb": (15, 2),
+    "2g.20gb": (14, 2),
+    "3g.40gb": (9, 4),
+    "4g.40gb": (5, 4),
+    "7g.80gb": (0, 8),
+}
+_LAB_MIG_PROFILE_FALLBACK = (99, 1)
+
+
+def lab_mig_device_name(parent_minor, profile, profile_id, placement_start):
+    """The DRA driver's MIG device name: ``gpu-<parent minor>-mig-<profile without dots>-<profile id>-<start>``.
+
+    (kubernetes-sigs/dra-driver-nvidia-gpu, cmd/gpu-kubelet-plugin/mig.go, ToCanonicalName.)
+    """
+    pname = re.sub(r"[^a-z0-9-]", "-", str(profile).replace(".", "").lower()).strip("-")
+    return f"gpu-{int(parent_minor)}-mig-{pname}-{int(profile_id)}-{int(placement_start)}"
+
+
+def _published_device(name, kind, uuid, gpu, memory, driver_version, **extra):
+    """One device as the harness publishes it: the parent GPU's product name and bus id."""
+    return {
+        "name": name,
+        "type": kind,
+        "uuid": uuid,
+        "product_name": gpu.get("name") or "",
+        "pci_bus_id": dra_pci_bus_id(gpu.get("pci_bus_id")),
+        "memory": f"{int(memory)}Mi" if isinstance(memory, int) and not isinstance(memory, bool) else "",
+        "driver_version": driver_version or "",
+        **extra,
+    }
+
+
+def _lab_mig_devices(gpu, driver_version):
+    devices, start = [], 0
+    for mig in sorted(gpu.get("mig_devices") or [], key=lambda m: m.get("gpu_instance_id") or 0):
+        profile_id, size = _LAB_MIG_PROFILES.get(str(mig.get("profile")), _LAB_MIG_PROFILE_FALLBACK)
+        name = lab_mig_device_name(gpu["minor_number"], mig.get("profile") or "mig", profile_id, start)
+        devices.append(
+            _published_device(
+                name,
+                "mig",
+                mig.get("uuid") or "",
+                gpu,
+                mig.get("memory_total_mib"),
+                driver_version,
+                parent_uuid=gpu["uuid"],
+                profile=str(mig.get("profile") or ""),
+            )
+        )
+        start += size
+    return devices
+
+
+def slice_devices(gpus, driver_version=None):
+    """The devices the driver would publish for these GPU facts (LAB HARNESS ONLY).
+
+    Lost GPUs are not published; a MIG-enabled GPU is published as its MIG devices (type ``mig``,
+    with ``parentUUID``, ``profile`` and the MIG ``uuid``), not as ``gpu-<minor>``.
+    """
+    devices = []
+    driver_version = semver(driver_version)
+    for gpu in gpus or []:
+        if gpu.get("lost") or (gpu.get("health") or {}).get("status") == "lost":
+            continue
+        if gpu.get("minor_number") is None:
+            continue
+        if str((gpu.get("mig_mode") or {}).get("current") or "").lower() == "enabled":
+            devices.extend(_lab_mig_devices(gpu, driver_version))
+            continue
+        name = device_name(gpu["minor_number"])
+        devices.append(
+            _published_device(name, "gpu", gpu["uuid"], gpu, gpu.get("memory_total_mib"), driver_version)
+        )
+    return sorted(devices, key=lambda d: (int(d["name"].split("-")[1]), d["name"]))
+
+
+def resource_slice_context(node, gpus, generation=1, driver_version=None, labels=None):
+    """LAB HARNESS ONLY: the ResourceSlice the driver would publish for ``node`` (templates/resourceslice.yaml.j2)."""
+    name = f"{node}-{DRIVER}"
+    if len(name) > 253:
+        raise DraError(f"ResourceSlice name {name!r} is longer than 253 characters")
+    return {
+        "name": name,
+        "node": str(node),
+        "driver": DRIVER,
+        "generation": int(generation),
+        "devices": slice_devices(gpus, driver_version),
+        "labels": dict(labels or {}),
+    }

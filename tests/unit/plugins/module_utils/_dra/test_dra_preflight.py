@@ -1,0 +1,215 @@
+"""The DRA preflight (plugins/module_utils/_dra/preflight.py): API, versions, CDI in containerd, device plugins."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.preflight import (
+    DEVICE_PLUGIN_LABELS,
+    PREFLIGHT_CHECKS,
+    containerd_cdi,
+    containerd_imports,
+    preflight,
+    preflight_table,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import APP_NAME, LABEL_NAME
+
+APIS_137 = {
+    "resource.k8s.io/v1": {
+        k: {}
+        for k in ("DeviceClass", "DeviceTaintRule", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
+    },
+    "v1": {"Pod": {}},
+}
+
+
+GOOD_CLUSTER = {"git_version": "v1.37.2", "apis": APIS_137}
+
+
+CTD2 = {
+    "config_text": "version = 3\n",
+    "config_path": "/etc/containerd/config.toml",
+    "version": "",
+    "imports": [],
+}
+
+
+def hosts(**over):
+    base = {"gpu-a": {"node": "node-a", "driver_version": "570.172.08", "containerd": dict(CTD2)}}
+    base["gpu-a"].update(over)
+    return base
+
+
+def plugin_pod(node, image="nvcr.io/nvidia/k8s-device-plugin:v0.20.0", labels=None, phase="Running"):
+    return {
+        "metadata": {"name": "dp-x", "namespace": "kube-system", "labels": labels or {}},
+        "spec": {"nodeName": node, "containers": [{"name": "c", "image": image}]},
+        "status": {"phase": phase},
+    }
+
+
+def test_preflight_all_good():
+    report = preflight(GOOD_CLUSTER, hosts(), [])
+    assert report["ok"] and report["errors"] == []
+    assert {c["check"] for c in report["checks"]} == set(PREFLIGHT_CHECKS)
+    table = preflight_table(report)
+    assert "0 failed" in table and "containerd 2.x enables CDI by default" in table
+
+
+@pytest.mark.parametrize(
+    ("version", "ok"),
+    [
+        ("v1.37.2", True),
+        ("v1.34.2", True),
+        ("v1.34.1", False),
+        ("v1.33.9", False),
+        ("v1.35.0+k3s1", True),
+        ("v1.34.2-eks-4096722", True),
+        ("garbage", False),
+        (None, False),
+    ],
+)
+def test_preflight_kubernetes_version(version, ok):
+    report = preflight({"git_version": version, "apis": APIS_137}, hosts(), [])
+    assert report["ok"] is ok, report["errors"]
+
+
+def test_preflight_needs_resource_v1_and_device_taint_rules():
+    old = {
+        "git_version": "v1.36.3",
+        "apis": {
+            "resource.k8s.io/v1": {
+                k: {} for k in ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
+            },
+            "resource.k8s.io/v1beta2": {"DeviceTaintRule": {}},
+        },
+    }
+    report = preflight(old, hosts(), [])
+    assert not report["ok"]
+    assert any("DeviceTaintRule" in e and "v1beta2" in e for e in report["errors"])
+    assert preflight(old, hosts(), [], need_taint_rules=False)["ok"]
+    none = preflight({"git_version": "v1.37.2", "apis": {"resource.k8s.io/v1beta1": {}}}, hosts(), [])
+    assert any("does not serve resource.k8s.io/v1" in e for e in none["errors"])
+
+
+@pytest.mark.parametrize(
+    ("driver", "ok"),
+    [
+        ("570.172.08", True),
+        ("565.57.01", True),
+        ("560.35.03", False),
+        ("470.256.02", False),
+        (None, False),
+        ("weird", False),
+    ],
+)
+def test_preflight_driver_version(driver, ok):
+    report = preflight(GOOD_CLUSTER, hosts(driver_version=driver), [])
+    assert report["ok"] is ok
+
+
+CTD17 = 'version = 2\n[plugins."io.containerd.grpc.v1.cri"]\n  sandbox_image = "pause"\n'
+
+
+@pytest.mark.parametrize(
+    ("text", "version", "imports", "expected"),
+    [
+        ("version = 3\n", None, [], True),
+        ("version = 3\n[plugins.'io.containerd.cri.v1.runtime']\n  enable_cdi = false\n", None, [], False),
+        (CTD17, "containerd containerd.io 1.7.27 05044ec0", [], False),
+        (CTD17.replace("sandbox_image", "enable_cdi = true\n  sandbox_image"), "1.7.27", [], True),
+        (
+            CTD17,
+            "1.7.27",
+            [
+                (
+                    "/etc/containerd/conf.d/cdi.toml",
+                    '[plugins."io.containerd.grpc.v1.cri"]\nenable_cdi = true\n',
+                )
+            ],
+            True,
+        ),
+        (CTD17, None, [], None),  # version 2 config, containerd unknown: cannot tell
+        (
+            CTD17,
+            "containerd github.com/containerd/containerd/v2 v2.1.4 abc",
+            [],
+            True,
+        ),  # 2.x migrates v2 configs
+        (None, "v2.0.5", [], True),
+        (None, "1.7.20", [], False),
+        (None, None, [], None),
+        ("version = 3\n", "1.6.33", [], False),
+        ("[plugins.cri]\nenable_cdi = true\n", "1.7.1", [], True),
+    ],
+)
+def test_containerd_cdi(text, version, imports, expected):
+    assert containerd_cdi(text, version, imports)["enabled"] is expected
+
+
+def test_containerd_cdi_refusals_say_what_to_do():
+    report = preflight(GOOD_CLUSTER, hosts(containerd={"config_text": CTD17, "version": "1.7.27"}), [])
+    [err] = report["errors"]
+    assert "gpu-a: CDI" in err and "enable_cdi = true" in err and "io.containerd.grpc.v1.cri" in err
+    broken = preflight(GOOD_CLUSTER, hosts(containerd={"config_text": "version = [", "version": ""}), [])
+    assert any("not valid TOML" in e for e in broken["errors"])
+    missing = preflight(GOOD_CLUSTER, hosts(containerd=None), [])
+    assert any("not inspected" in e for e in missing["errors"])
+
+
+def test_containerd_imports_are_absolute():
+    text = 'version = 2\nimports = ["conf.d/*.toml", "/etc/other.toml"]\n'
+    assert containerd_imports(text, "/etc/containerd/config.toml") == [
+        "/etc/containerd/conf.d/*.toml",
+        "/etc/other.toml",
+    ]
+    assert containerd_imports(None) == [] and containerd_imports("version = 3\n") == []
+
+
+@pytest.mark.parametrize(
+    ("pod", "refused"),
+    [
+        (plugin_pod("node-a"), True),  # stock / operator image
+        (
+            plugin_pod(
+                "node-a", image="example/other", labels={"app.kubernetes.io/name": "gpusplit-device-plugin"}
+            ),
+            True,
+        ),
+        (plugin_pod("node-b"), False),  # another node
+        (plugin_pod("node-a", phase="Succeeded"), False),
+        (plugin_pod("node-a", image="cuda:12"), False),
+    ],
+)
+def test_preflight_device_plugin_on_a_dra_node(pod, refused):
+    report = preflight(GOOD_CLUSTER, hosts(), [pod])
+    assert report["ok"] is not refused
+    if refused:
+        assert "kube-system/dp-x" in report["errors"][0] and "node-a" in report["errors"][0]
+
+
+def test_preflight_skip_is_said_and_unknown_skip_refused():
+    report = preflight(GOOD_CLUSTER, hosts(containerd={"config_text": None, "version": ""}), [], skip=["cdi"])
+    assert report["ok"]
+    assert any(c["check"] == "cdi" and c["ok"] is None for c in report["checks"])
+    assert any("skipped" in w for w in report["warnings"])
+    assert not preflight(GOOD_CLUSTER, hosts(), [], skip=["cdl"])["ok"]
+
+
+def test_preflight_collects_every_refusal():
+    report = preflight(
+        {"git_version": "v1.33.0", "apis": {}},
+        hosts(driver_version="550.1", containerd={"config_text": CTD17, "version": "1.7.2"}),
+        [plugin_pod("node-a")],
+    )
+    assert [c["check"] for c in report["checks"] if c["ok"] is False] == [
+        "api",
+        "kubernetes_version",
+        "driver_version",
+        "cdi",
+        "device_plugin",
+    ]
+
+
+def test_the_split_device_plugin_is_recognised_as_a_device_plugin():
+    assert APP_NAME in DEVICE_PLUGIN_LABELS[LABEL_NAME]

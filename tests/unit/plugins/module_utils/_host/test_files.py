@@ -1,0 +1,72 @@
+"""Reading, backing up and writing a host file (plugins/module_utils/_host/files.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+
+import pytest
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
+    file_diff,
+    is_inside,
+    read_text,
+    write_atomic,
+)
+
+
+class FakeModule:
+    """What write_atomic needs of an AnsibleModule: atomic_move (keeps an old file's mode, a new file
+    gets the umask's)."""
+
+    def atomic_move(self, src, dest):
+        creating = not os.path.exists(dest)
+        if not creating:
+            shutil.copymode(dest, src)
+        os.rename(src, dest)
+        if creating:
+            os.chmod(dest, 0o666 & ~0o022)
+
+
+def test_is_inside_resolves_links_and_wants_a_whole_path_component(tmp_path):
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "manifests")
+    assert is_inside(tmp_path / "manifests", tmp_path / "manifests")
+    assert is_inside(str(tmp_path / "link" / "backup"), str(tmp_path / "manifests"))
+    assert not is_inside(str(tmp_path / "manifests-backup"), str(tmp_path / "manifests"))
+
+
+def test_file_diff_heads_both_sides_with_the_path_unless_told():
+    assert file_diff("a", "b", "/p") == {
+        "before": "a",
+        "after": "b",
+        "before_header": "/p",
+        "after_header": "/p",
+    }
+    assert file_diff("", "b", "(absent)", "/p")["after_header"] == "/p"
+
+
+def test_write_atomic_gives_a_new_file_its_mode_and_keeps_an_old_ones(tmp_path):
+    new = tmp_path / "new.yaml"
+    write_atomic(FakeModule(), str(new), "a: 1\n", new_file=True, mode=0o600)
+    assert new.read_text() == "a: 1\n" and stat.S_IMODE(new.stat().st_mode) == 0o600
+    default = tmp_path / "default.yaml"
+    write_atomic(FakeModule(), str(default), "b\n", new_file=True)
+    assert stat.S_IMODE(default.stat().st_mode) == 0o644
+    old = tmp_path / "old.yaml"
+    old.write_text("x")
+    old.chmod(0o640)
+    write_atomic(FakeModule(), str(old), "y", mode=0o600)  # not a new file: mode ignored
+    assert old.read_text() == "y" and stat.S_IMODE(old.stat().st_mode) == 0o640
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["default.yaml", "new.yaml", "old.yaml"]
+
+
+def test_read_text_refuses_what_is_no_utf8_file(tmp_path):
+    with pytest.raises(GpusplitError, match="is not a regular file"):
+        read_text(str(tmp_path))
+    bad = tmp_path / "bad"
+    bad.write_bytes(b"\xff\xfe")
+    with pytest.raises(GpusplitError, match="the config is not UTF-8 text"):
+        read_text(str(bad), "the config")

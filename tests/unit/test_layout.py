@@ -1,0 +1,110 @@
+"""The shape of plugins/ (docs/architecture.md): which part may import which, and file sizes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGINS = ROOT / "plugins"
+PREFIX = "ansible_collections.gpusplit.k8s.plugins."
+
+# part -> the parts it may import (besides itself); a part is module_utils/<subpackage or file>,
+# plugin_utils, modules, filter, doc_fragments
+MU = "module_utils/"
+ALLOWED = {
+    MU + "_errors": set(),
+    MU + "_settings": {MU + "_errors"},
+    MU + "_k8s": {MU + "_errors"},
+    MU + "_gpu": {MU + "_errors"},
+    MU + "_host": {MU + "_errors"},
+    MU + "_split": {MU + "_errors", MU + "_gpu", MU + "_k8s"},
+    MU + "_dra": {MU + "_errors", MU + "_gpu", MU + "_k8s", MU + "_split", MU + "_settings"},
+    MU + "_control_plane": {MU + "_errors", MU + "_k8s"},
+    MU + "_diagnose": {MU + "_errors", MU + "_k8s"},
+}
+MODULE_UTILS_PARTS = set(ALLOWED)
+ALLOWED["plugin_utils"] = MODULE_UTILS_PARTS
+ALLOWED["modules"] = MODULE_UTILS_PARTS
+ALLOWED["filter"] = MODULE_UTILS_PARTS | {"plugin_utils"}
+ALLOWED["doc_fragments"] = set()
+# generated data may be longer
+GENERATED = {PLUGINS / "module_utils" / "_control_plane" / "gate_data.py"}
+MAX_LINES = 650
+
+
+def part_of(path: Path) -> str:
+    rel = path.relative_to(PLUGINS).parts
+    if rel[0] == "module_utils":
+        return MU + rel[1].removesuffix(".py")
+    return rel[0]
+
+
+def imported(path: Path) -> set[str]:
+    """Every module name the file imports, at any depth (function-level imports count too)."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module:
+            names.add(node.module)
+            names.update(f"{node.module}.{a.name}" for a in node.names)
+    return names
+
+
+def collection_part(name: str) -> str | None:
+    if not name.startswith(PREFIX):
+        return None
+    rest = name[len(PREFIX) :].split(".")
+    if rest[0] == "module_utils" and len(rest) > 1:
+        return MU + rest[1]
+    return rest[0]
+
+
+FILES = sorted(p for p in PLUGINS.rglob("*.py") if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PLUGINS)))
+def test_imports_follow_the_layers(path):
+    part = part_of(path)
+    assert part in ALLOWED, f"{part}: a new part of plugins/ must be placed in docs/architecture.md and here"
+    wrong = sorted(
+        name
+        for name in imported(path)
+        if (target := collection_part(name)) and target != part and target not in ALLOWED[part]
+    )
+    assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}, against docs/architecture.md"
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in FILES if part_of(p) in MODULE_UTILS_PARTS], ids=lambda p: str(p.relative_to(PLUGINS))
+)
+def test_module_utils_needs_no_controller_library(path):
+    # what AnsiballZ ships to a host: ansible.module_utils, never the controller's ansible or Jinja2
+    controller = sorted(
+        name
+        for name in imported(path)
+        if name.split(".")[0] == "jinja2"
+        or (name.split(".")[0] == "ansible" and not name.startswith("ansible.module_utils"))
+    )
+    assert not controller, f"{path.relative_to(ROOT)} imports {controller}"
+
+
+def test_no_file_is_too_long():
+    long = {
+        str(p.relative_to(ROOT)): n
+        for p in FILES
+        if p not in GENERATED and (n := len(p.read_text().splitlines())) > MAX_LINES
+    }
+    assert not long, f"split these by concern (docs/architecture.md): {long}"
+
+
+def test_private_subpackages_say_so():
+    for path in FILES:
+        if part_of(path).startswith(MU + "_") and path.name != "_errors.py":
+            head = path.read_text()[:2000]
+            assert "Private to the collection" in head, (
+                f"{path.relative_to(ROOT)}: docstring must say it is private"
+            )
