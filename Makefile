@@ -56,7 +56,7 @@ integration: lab-build
 	$(BIN)/pytest -m integration tests
 
 test: venv lab-build lint
-	$(BIN)/pytest tests
+	$(BIN)/pytest --durations=20 tests
 
 bench: venv lab-build
 	GPUSPLIT_BENCH_APPLY=1 GPUSPLIT_BENCH_MEMORY=1 $(BIN)/pytest tests/bench --benchmark-enable -s

@@ -37,6 +37,9 @@ def collections_root(root: Path = ROOT) -> Path:
 
 
 COLLECTIONS = collections_root()
+# the ansible commands that tests start (ansible-doc, ansible-playbook, molecule) find the
+# collection there too, whichever layout this is (the variable wins over ansible.cfg)
+os.environ.setdefault("ANSIBLE_COLLECTIONS_PATH", str(COLLECTIONS))
 
 for path in (COLLECTIONS, ROOT):
     if str(path) not in sys.path:

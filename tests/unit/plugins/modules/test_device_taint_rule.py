@@ -3,6 +3,7 @@ refusals, and that it runs without Jinja2 (it imports only module_utils)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -116,7 +117,7 @@ def test_the_module_runs_without_jinja2():
         "import ansible_collections.gpusplit.k8s.plugins.modules.device_taint_rule; "
         "assert not [m for m in sys.modules if '.plugin_utils' in m], sorted(sys.modules)"
     )
-    env_path = [str(ROOT / ".collections"), *sys.path]
+    env_path = [os.environ["ANSIBLE_COLLECTIONS_PATH"], *sys.path]
     proc = subprocess.run(
         [sys.executable, "-c", f"import sys; sys.path[:0] = {env_path!r}; {code}"],
         capture_output=True,

@@ -19,7 +19,11 @@ def run_module(args, tmp_path):
     """The module's result, run the way Ansible runs it (its own process, arguments from a file)."""
     path = tmp_path / "args.json"
     path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
-    env = {**os.environ, "PYTHONPATH": str(ROOT / ".collections"), "KUBECONFIG": str(tmp_path / "none")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.environ["ANSIBLE_COLLECTIONS_PATH"],
+        "KUBECONFIG": str(tmp_path / "none"),
+    }
     proc = subprocess.run(
         [sys.executable, fleet_verify.__file__, str(path)],
         capture_output=True,
