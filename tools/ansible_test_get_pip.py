@@ -2,8 +2,8 @@
 
 ansible-test sanity creates empty virtual environments and runs a cached "get-pip" script in
 them (~/.ansible/test/cache/get_pip_<version>.py) with pip's install arguments. Its usual
-download location is not reachable from the project's machines, so `make sanity` caches this
-script under that name instead: it installs the interpreter's bundled pip with ensurepip, then
+download location is not reachable from the project's machines, so tests/unit/test_collection_layout.py
+caches this script under that name instead: it installs the interpreter's bundled pip with ensurepip, then
 lets that pip install what ansible-test asked for (e.g. pip==24.2) from the package index.
 """
 

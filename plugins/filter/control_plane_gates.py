@@ -6,16 +6,15 @@
     {{ runtime_config | gpusplit.k8s.cp_enabled_api_versions }}  -> ["scheduling.k8s.io/v1beta1"]
     {{ log_text | gpusplit.k8s.cp_component_error }}     -> the lines that say why it stopped
 
-The logic lives in plugins/module_utils/_control_plane/detect.py and static_pod.py,
-plugins/module_utils/_k8s/versions.py (versions) and
+The logic lives in plugins/plugin_utils/control_plane_detect.py (detection),
+plugins/module_utils/_control_plane/static_pod.py and plugins/module_utils/_k8s/versions.py (versions) and
 plugins/module_utils/_control_plane/health.py (log reading). Each filter is documented in
 plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 """
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import health as cp_health
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.detect import detect_control_plane
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import health
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flag_values import FlagEditError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gate_preflight import (
     runtime_config_on,
@@ -24,9 +23,10 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.static
     version_from_manifest,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import version_from_version_output
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.control_plane_detect import detect_control_plane
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
-REFUSALS = {FlagEditError: None, cp_health.HealthError: None}  # titled by the filter name
+REFUSALS = {FlagEditError: None, health.HealthError: None}  # titled by the filter name
 
 
 def cp_detect(hints):
@@ -60,7 +60,18 @@ def cp_component_error(text, max_lines=6):
     """
     if isinstance(text, (list, tuple)):
         text = "\n".join(str(t or "") for t in text)
-    return cp_health.component_error(str(text or ""), int(max_lines))
+    return health.component_error(str(text or ""), _max_lines(max_lines))
+
+
+def _max_lines(value):
+    """``max_lines`` as a positive int; anything else is refused, naming the argument."""
+    try:
+        number = None if isinstance(value, (bool, float)) else int(value)
+    except (TypeError, ValueError):
+        number = None
+    if number is None or number < 1:
+        raise health.HealthError(f"max_lines: expected a whole number of lines (1 or more), got {value!r}")
+    return number
 
 
 class FilterModule:

@@ -1,4 +1,4 @@
-"""Filters exposing DRA mode (plugins/module_utils/_dra/, rendered by plugins/plugin_utils/dra_render.py)
+"""Filters exposing DRA mode (plugins/plugin_utils/_dra/, rendered by plugins/plugin_utils/_dra/render.py)
 to the roles dra_driver, dra_split and the playbooks dra.yml and isolate_gpu.yml.
 
     {{ gpusplit_fleet_plan | gpusplit.k8s.dra_host_rules }}
@@ -14,37 +14,37 @@ from __future__ import annotations
 
 import base64
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.chart import chart_values
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.claims import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DraError, dra_node_plans
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.chart import chart_values
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.claims import (
     host_share_toleration,
     isolation_toleration,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.isolation import (
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.isolation import (
     isolation_fleet_input,
     isolation_targets,
     locate_gpu,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DraError, dra_node_plans
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.preflight import (
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.preflight import (
     containerd_imports,
     preflight,
     preflight_table,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.published import check_published
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.rules import rules_of_gpu, rules_table
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner as split_plan
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.dra_render import (
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.published import check_published
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.render import (
     diagnostic_claim,
     host_share_rules,
     isolation_rule,
     isolation_rules,
 )
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.rules import rules_of_gpu, rules_table
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 REFUSALS = {
     DraError: "gpusplit DRA",
-    split_plan.PlanError: "gpusplit split plan",
+    planner.PlanError: "gpusplit split plan",
     render.RenderError: "gpusplit render",
 }
 

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+
 # inventory variable -> planner key; the defaults are those of the roles' argument specs
 FLEET_VARS = {
     "gpusplit_mode": ("mode", "none"),
@@ -21,11 +24,18 @@ FLEET_VARS = {
 }
 
 
+def host_vars(hostvars, host):
+    """``hostvars[host]``; a host the inventory does not have is refused, naming it."""
+    if not isinstance(host, str) or host not in hostvars:
+        raise GpusplitError(f"host {host!r} is not in the inventory (hostvars has no such host)")
+    return hostvars[host]
+
+
 def fleet_input(hostvars, hosts):
     """{host: {facts, mode, split, ...}} for the planner, from each host's variables and facts."""
     out = {}
     for host in hosts:
-        hv = hostvars[host]
+        hv = host_vars(hostvars, host)
         facts = hv.get("ansible_facts", {}).get("nvidia_gpus", hv.get("nvidia_gpus"))
         if facts is None:
             raise AnsibleFilterError(
@@ -42,14 +52,14 @@ def fleet_input(hostvars, hosts):
 
 def inventory_nodes(hostvars, hosts):
     """The Kubernetes node name of every inventory host (gpusplit_node_name, else the host name)."""
-    return [str(hostvars[h].get("gpusplit_node_name") or h) for h in hosts]
+    return [str(host_vars(hostvars, h).get("gpusplit_node_name") or h) for h in hosts]
 
 
 def fleet_facts(hostvars, hosts):
     """{host: nvidia_gpus} for the hosts that have GPU facts."""
     out = {}
     for host in hosts:
-        hv = hostvars[host]
+        hv = host_vars(hostvars, host)
         facts = hv.get("ansible_facts", {}).get("nvidia_gpus", hv.get("nvidia_gpus"))
         if facts is not None:
             out[host] = facts
@@ -58,8 +68,4 @@ def fleet_facts(hostvars, hosts):
 
 class FilterModule:
     def filters(self):
-        return {
-            "fleet_input": fleet_input,
-            "fleet_facts": fleet_facts,
-            "inventory_nodes": inventory_nodes,
-        }
+        return wrap_filters((fleet_input, fleet_facts, inventory_nodes))

@@ -13,6 +13,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import fleet_svg as fleet_svg_lib
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 
 def fleet_svg(report, plan, title="gpusplit fleet"):
@@ -26,4 +27,4 @@ def fleet_svg(report, plan, title="gpusplit fleet"):
 
 class FilterModule:
     def filters(self):
-        return {"fleet_svg": fleet_svg}
+        return wrap_filters((fleet_svg,))

@@ -11,13 +11,13 @@ Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gp
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner as split_plan
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator, gpu_operator_checks, render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 REFUSALS = {
     gpu_operator.OperatorError: "gpusplit GPU Operator mode",
-    split_plan.PlanError: "gpusplit split plan",
+    planner.PlanError: "gpusplit split plan",
     render.RenderError: "gpusplit render",
 }
 
@@ -31,6 +31,10 @@ def mig_configs(hostvars, hosts):
     """{host: gpusplit_mig_config} for the hosts that set one."""
     out = {}
     for host in hosts:
+        if not isinstance(host, str) or host not in hostvars:
+            raise gpu_operator.OperatorError(
+                f"host {host!r} is not in the inventory (hostvars has no such host)"
+            )
         value = hostvars[host].get("gpusplit_mig_config")
         if value not in (None, ""):
             out[host] = value

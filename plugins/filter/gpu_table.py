@@ -5,6 +5,9 @@ Documented in plugins/filter/gpu_table.yml (ansible-doc -t filter gpusplit.k8s.g
 
 from __future__ import annotations
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+
 COLUMNS = ("NODE", "IDX", "BUS ID", "UUID", "NAME", "MEMORY", "MIG", "HEALTH")
 
 
@@ -35,13 +38,43 @@ def _memory(gpu):
     return "-" if mib is None else f"{mib} MiB"
 
 
+def _entry_problems(host, entry):
+    """What in one host's report is not shaped as gpusplit.k8s.nvidia_gpu_facts returns it."""
+    if entry is None:
+        return []
+    if not isinstance(entry, dict):
+        return [f"{host}: expected the nvidia_gpu_facts result (a mapping), got {type(entry).__name__}"]
+    gpus = entry.get("gpus") or []
+    if not isinstance(gpus, list):
+        return [f"{host}.gpus: expected a list of GPUs, got {type(gpus).__name__}"]
+    problems = []
+    for i, gpu in enumerate(gpus):
+        if not isinstance(gpu, dict):
+            problems.append(f"{host}.gpus[{i}]: expected a mapping, got {type(gpu).__name__}")
+            continue
+        for key in ("health", "mig_mode"):
+            if not isinstance(gpu.get(key) or {}, dict):
+                problems.append(f"{host}.gpus[{i}].{key}: expected a mapping, got {type(gpu[key]).__name__}")
+        if not isinstance(gpu.get("mig_devices") or [], list):
+            problems.append(
+                f"{host}.gpus[{i}].mig_devices: expected a list, got {type(gpu['mig_devices']).__name__}"
+            )
+    return problems
+
+
 def gpu_table(report):
+    """The fleet GPU report ({host: nvidia_gpu_facts result}) as a plain-text table."""
     if not isinstance(report, dict):
-        raise TypeError(f"gpu_table expects a dict host -> report, got {type(report).__name__}")
+        raise GpusplitError(f"expected a mapping of host to its GPU report, got {type(report).__name__}")
+    problems = [
+        problem for host in sorted(report, key=str) for problem in _entry_problems(host, report[host])
+    ]
+    if problems:
+        raise GpusplitError(problems)
     rows = [COLUMNS]
     notes = []
-    for host in sorted(report):
-        entry = report[host] or {}
+    for key in sorted(report, key=str):
+        host, entry = str(key), report[key] or {}
         gpus = entry.get("gpus") or []
         if not gpus:
             rows.append((host, "-", "-", "-", _text(entry.get("msg"), "no GPU"), "", "", ""))
@@ -73,4 +106,4 @@ def gpu_table(report):
 
 class FilterModule:
     def filters(self):
-        return {"gpu_table": gpu_table}
+        return wrap_filters((gpu_table,))

@@ -12,27 +12,27 @@ Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gp
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner as split_plan
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split import table
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.split_table import fleet_table
 
-REFUSALS = {split_plan.PlanError: "gpusplit split plan", render.RenderError: "gpusplit render"}
+REFUSALS = {planner.PlanError: "gpusplit split plan", render.RenderError: "gpusplit render"}
 
 
 def node_plan(facts, host, mode, split=None, mig_strategy="none", exclude_unhealthy=True, node_name=None):
     """The split plan of one host from its GPU facts."""
-    return split_plan.plan_node(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name)
+    return planner.plan_node(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name)
 
 
 def fleet_plan(hosts):
     """The split plan of every host: {host: {facts, mode, split, ...}} -> {nodes, summary, warnings}."""
-    return split_plan.plan_fleet(hosts)
+    return planner.plan_fleet(hosts)
 
 
 def plan_table(plan):
     """A fixed-width table of a fleet plan (or node plan)."""
-    return table.fleet_table(plan)
+    return fleet_table(plan)
 
 
 def render_daemonsets(plan, settings=None):

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_lint as workload_lint_lib
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 
 def workload_lint(
@@ -32,7 +34,7 @@ def workload_lint(
             default_namespace=default_namespace,
             check_env_from=check_env_from,
         )
-    except workload_lint_lib.LintError as exc:
+    except GpusplitError as exc:  # LintError, or any other refusal
         raise AnsibleFilterError(f"gpusplit workload lint: {exc}") from None
 
 
@@ -44,14 +46,10 @@ def admission_guard_objects(settings):
     """The ValidatingAdmissionPolicy and its binding, ready for gpusplit.k8s.cluster_apply."""
     try:
         return workload_lint_lib.guard_objects(settings)
-    except workload_lint_lib.LintError as exc:
+    except GpusplitError as exc:  # LintError, or any other refusal
         raise AnsibleFilterError(f"gpusplit admission guard refused: {exc}") from None
 
 
 class FilterModule:
     def filters(self):
-        return {
-            "workload_lint": workload_lint,
-            "lint_table": lint_table,
-            "admission_guard_objects": admission_guard_objects,
-        }
+        return wrap_filters((workload_lint, lint_table, admission_guard_objects))

@@ -13,6 +13,7 @@ Modules turn it into ``fail_json`` in one place (:func:`fail_on_refusal`); filte
 from __future__ import annotations
 
 import contextlib
+import copy
 
 
 class GpusplitError(ValueError):
@@ -27,6 +28,18 @@ class GpusplitError(ValueError):
             errors = [errors]
         self.errors = [str(e) for e in errors if str(e)]
         super().__init__("\n".join(self.errors), *args)
+
+    def prefixed(self, prefix, suffix=""):
+        """This refusal again, of the same class, each message read as ``<prefix><message><suffix>``.
+
+        For a caller that knows what the refusal is about (a file, a release) and re-raises it:
+        ``raise exc.prefixed(f"{path}: ") from None``. Every message keeps its own line in
+        ``errors``; other attributes a subclass carries are kept.
+        """
+        again = copy.copy(self)
+        again.errors = [f"{prefix}{message}{suffix}" for message in self.errors or [""]]
+        again.args = ("\n".join(again.errors),) + tuple(self.args[1:])
+        return again
 
 
 def refusal_text(title, exc):

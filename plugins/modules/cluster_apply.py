@@ -105,9 +105,10 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.apply import Cluster, run
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
+    API_ERRORS,
     CLUSTER_ARGS,
     error_text,
     require_kubernetes,
@@ -140,9 +141,7 @@ def main():
                 force=p["force_conflicts"],
                 parallel=p["parallel"],
             )
-        except GpusplitError:
-            raise
-        except Exception as exc:  # API errors carry the server's own message
+        except API_ERRORS as exc:  # the server's own message; a bug in the logic is not one of these
             module.fail_json(
                 msg=f"applying to the cluster failed: {error_text(exc)}", exception=traceback.format_exc()
             )

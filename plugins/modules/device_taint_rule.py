@@ -129,6 +129,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.report import ru
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.apply import Cluster, is_subset
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
+    API_ERRORS,
     CLUSTER_ARGS,
     error_text,
     require_kubernetes,
@@ -165,22 +166,61 @@ def _wait_settled(cluster, res, name, rule, wait_eviction, deadline):
     return rule
 
 
+def _not_a(field, value, what="a mapping"):
+    return f"{field}: expected {what}, got {type(value).__name__}"
+
+
+def _metadata_name(definition):
+    """``definition.metadata.name`` (None when not given); refused when the definition has another shape."""
+    metadata = definition.get("metadata") or {}
+    if not isinstance(metadata, dict):
+        raise DraError(_not_a("definition.metadata", metadata))
+    name = metadata.get("name")
+    if name is not None and not isinstance(name, str):
+        raise DraError(_not_a("definition.metadata.name", name, "a string"))
+    return name
+
+
 def _check_definition(definition):
     problems = []
     if definition.get("apiVersion") != API_VERSION or definition.get("kind") != KIND:
         problems.append(f"definition must be a {API_VERSION} {KIND}")
-    effect = ((definition.get("spec") or {}).get("taint") or {}).get("effect")
-    if effect not in EFFECTS:
-        problems.append(f"spec.taint.effect {effect!r} is not one of {', '.join(EFFECTS)}")
+    spec = definition.get("spec") or {}
+    taint = (spec.get("taint") or {}) if isinstance(spec, dict) else {}
+    if not isinstance(spec, dict):
+        problems.append(_not_a("definition.spec", spec))
+    elif not isinstance(taint, dict):
+        problems.append(_not_a("definition.spec.taint", taint))
+    elif taint.get("effect") not in EFFECTS:
+        problems.append(f"spec.taint.effect {taint.get('effect')!r} is not one of {', '.join(EFFECTS)}")
     return problems
 
 
-def run(module, cluster):
-    p = module.params
-    definition = p["definition"]
-    name = p["name"] or ((definition or {}).get("metadata") or {}).get("name")
+def checked(params):
+    """``(name, definition)`` from the module's parameters; every refusal (DraError) is raised here,
+    before any request. ``definition`` is None for state=absent, else carries ``metadata.name``."""
+    definition = params["definition"]
+    if definition is not None and not isinstance(definition, dict):
+        raise DraError(_not_a("definition", definition))
+    name = params["name"] or _metadata_name(definition or {})
     if not name:
         raise DraError("give name, or a definition with metadata.name")
+    if params["state"] == "absent":
+        return name, None
+    if not definition:
+        raise DraError("state=present needs a definition")
+    definition = dict(definition)
+    definition["metadata"] = dict(definition.get("metadata") or {}, name=name)
+    problems = _check_definition(definition)
+    if problems:
+        raise DraError("nothing was applied: " + "; ".join(problems))
+    return name, definition
+
+
+def run(module, cluster):
+    """Refusals (:func:`checked`) come before the first request; the requests' own errors are the caller's."""
+    p = module.params
+    name, definition = checked(p)
     res = cluster.resource(API_VERSION, KIND)
     live = _get(cluster, res, name)
     deadline = time.time() + p["wait_timeout"]
@@ -208,14 +248,6 @@ def run(module, cluster):
             "report": rule_report(None),
             "first_report": None,
         }
-
-    if not definition:
-        raise DraError("state=present needs a definition")
-    definition = dict(definition)
-    definition["metadata"] = dict(definition.get("metadata") or {}, name=name)
-    problems = _check_definition(definition)
-    if problems:
-        raise DraError("nothing was applied: " + "; ".join(problems))
 
     first_report = None
     created_first = False
@@ -303,15 +335,16 @@ def main():
         supports_check_mode=True,
     )
     require_kubernetes(module)
-    try:
-        cluster = Cluster(module.params["kubeconfig"], module.params["context"])
-        with fail_on_refusal(module):  # a refused definition: fail_json with the refusal's text
+    with fail_on_refusal(module):  # a refused definition: fail_json with the refusal's text
+        checked(module.params)  # before the cluster is reached
+        try:
+            cluster = Cluster(module.params["kubeconfig"], module.params["context"])
             result = run(module, cluster)
-    except Exception as exc:  # API errors carry the server's own message
-        module.fail_json(
-            msg=f"DeviceTaintRule: the API request failed: {error_text(exc)}",
-            exception=traceback.format_exc(),
-        )
+        except API_ERRORS as exc:  # the server's own message; a bug in the logic is not one of these
+            module.fail_json(
+                msg=f"DeviceTaintRule: the API request failed: {error_text(exc)}",
+                exception=traceback.format_exc(),
+            )
     module.exit_json(**result)
 
 

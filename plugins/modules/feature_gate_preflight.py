@@ -177,7 +177,7 @@ def gather_current_flags(module: AnsibleModule) -> dict:
             try:
                 pod = parse_static_pod(read_text(path))
             except FlagEditError as exc:
-                raise FlagEditError(f"{path}: {exc}") from None
+                raise exc.prefixed(f"{path}: ") from None
             flags[component] = {
                 "feature_gates": pod["feature_gates"],
                 "runtime_config": pod["runtime_config"],
@@ -190,13 +190,27 @@ def gather_current_flags(module: AnsibleModule) -> dict:
             read_text(p["kubelet_config"]), p["kubelet_config"], of="KubeletConfiguration fields"
         )
         gates = kubelet.get("featureGates") or {}
+        if not isinstance(gates, dict):
+            raise FlagEditError(
+                f"{p['kubelet_config']}: featureGates: expected a mapping of gate name to boolean, "
+                f"got {type(gates).__name__}"
+            )
         if gates:
             flags["kubelet"] = {"feature_gates": dict(gates), "runtime_config": {}}
     for component, given in (p["current_flags"] or {}).items():
         given = given or {}
+        field = f"current_flags.{component}"
+        if not isinstance(given, dict):
+            raise FlagEditError(
+                f"{field}: expected a mapping with feature_gates and/or runtime_config, "
+                f"got {type(given).__name__}"
+            )
         entry = flags.setdefault(component, {"feature_gates": {}, "runtime_config": {}})
-        entry["feature_gates"].update(flag_map(given.get("feature_gates"), parse_feature_gates))
-        entry["runtime_config"].update(flag_map(given.get("runtime_config"), parse_runtime_config))
+        for key, parse in (("feature_gates", parse_feature_gates), ("runtime_config", parse_runtime_config)):
+            try:
+                entry[key].update(flag_map(given.get(key), parse))
+            except FlagEditError as exc:
+                raise exc.prefixed(f"{field}.{key}: ") from None
     return flags
 
 
@@ -207,7 +221,7 @@ def run(module: AnsibleModule) -> dict:
         try:
             current = gather_current_flags(module)
         except GpusplitError as exc:
-            raise FlagEditError(f"cannot read the current control-plane flags: {exc}") from None
+            raise exc.prefixed("cannot read the current control-plane flags: ") from None
 
     errors, warnings, runtime_config = validate_gates(
         minor, p["feature_gates"], allow_uncatalogued=p["allow_uncatalogued"]

@@ -68,6 +68,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
+    API_ERRORS,
     CLUSTER_ARGS,
     api_client,
     error_text,
@@ -100,7 +101,7 @@ def main():
     require_kubernetes(module)
     p = module.params
     with fail_on_refusal(module, changed=False):
-        verify.require_fleet_plan(p["plan"])  # a bad plan is refused before the cluster is read
+        verify.require_fleet_plan(p["plan"], p["facts"])  # refused before the cluster is read
         report = watch(module, p)
     module.exit_json(changed=False, report=report, table=verify.report_table(report))
 
@@ -124,10 +125,10 @@ def watch(module, p):
 
 
 def reading(module, read, *args):
-    """``read(*args)``; whatever goes wrong reaching the cluster fails the module, saying so."""
+    """``read(*args)``; whatever goes wrong reaching the cluster (API_ERRORS) fails the module, saying so."""
     try:
         return read(*args)
-    except Exception as exc:
+    except API_ERRORS as exc:
         module.fail_json(msg=f"reading the cluster failed: {error_text(exc)}")
 
 

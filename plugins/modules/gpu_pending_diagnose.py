@@ -77,8 +77,9 @@ except ImportError:  # reported by require_kubernetes()
     pass
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.report import diagnose, report_table
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
+    API_ERRORS,
     CLUSTER_ARGS,
     api_client,
     error_text,
@@ -158,9 +159,7 @@ def main():
         try:
             api = api_client(p)
             pods, nodes, events, podgroups, resource = read_cluster(api, prefixes)
-        except GpusplitError:
-            raise  # a refusal, not a failed read: fail_on_refusal reports it
-        except Exception as exc:
+        except API_ERRORS as exc:  # a failed read; a refusal or a bug in the logic is not one of these
             module.fail_json(msg=f"reading the cluster failed: {error_text(exc)}")
         report = diagnose(
             pods, nodes, events, podgroups, resource, namespaces=p["namespaces"], prefixes=prefixes

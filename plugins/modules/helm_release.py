@@ -139,7 +139,7 @@ def release(module, helm):
     try:
         return _release(module, helm, p)
     except H.HelmError as exc:
-        raise H.HelmError(f"helm release {p['namespace']}/{p['name']}: {exc}") from None
+        raise exc.prefixed(f"helm release {p['namespace']}/{p['name']}: ") from None
 
 
 def _release(module, helm, p):

@@ -167,7 +167,7 @@ def run(module: AnsibleModule) -> dict:
         try:
             new_text, sections, config = _merge(p, text)
         except FlagEditError as exc:
-            raise FlagEditError(f"{path or 'content'}: {exc}") from None
+            raise exc.prefixed(f"{path or 'content'}: ") from None
 
     result = {
         "changed": new_text != text,

@@ -157,7 +157,7 @@ def _run(module, p, path, real, exists):
     try:
         edit = edit_config(before_text, p["settings"], name=path)
     except TomlEditError as exc:
-        raise TomlEditError(f"refusing to edit {path}: {exc}") from None
+        raise exc.prefixed(f"refusing to edit {path}: ") from None
 
     result = {
         "changed": edit["changed"] or not exists,

@@ -220,7 +220,7 @@ def run(module: AnsibleModule) -> dict:
             previous = _flags_of(before_text, path) if existed else {}
         except FlagEditError as exc:
             if p["state"] == "present" and not p["restore_from"]:
-                raise FlagEditError(f"{path}: {exc}") from None
+                raise exc.prefixed(f"{path}: ") from None
             previous = {}  # a broken drop-in is what a rollback repairs
     result = {"path": path, "existed": existed, "previous_flags": previous}
 

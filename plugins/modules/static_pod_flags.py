@@ -237,8 +237,8 @@ def restore(module: AnsibleModule) -> dict:
         try:
             wanted = parse_static_pod(text, p["container"])
         except FlagEditError as exc:
-            raise FlagEditError(
-                f"restore_from {source} is no static-pod manifest ({exc}); nothing was changed"
+            raise exc.prefixed(
+                f"restore_from {source} is no static-pod manifest (", "); nothing was changed"
             ) from None
         exists = os.path.isfile(path)
         before_text = read_text(path) if exists else ""
@@ -297,7 +297,7 @@ def run(module: AnsibleModule) -> dict:
                 container=p["container"],
             )
         except FlagEditError as exc:
-            raise FlagEditError(f"{path}: {exc}") from None
+            raise exc.prefixed(f"{path}: ") from None
 
     if edit["component"] != APISERVER and edit["after"]["runtime_config"]:
         module.fail_json(

@@ -9,7 +9,8 @@ DRA, GPU Operator mode, host share, gang jobs) or a plain message. It becomes
     - <message 1>
     - <message 2>
 
-so that a play stops with every reason at once, and nothing else is caught.
+so that a play stops with every reason at once. Every GpusplitError is caught (one the filter
+file does not title is titled by the filter's name); nothing else is.
 """
 
 from __future__ import annotations
@@ -18,15 +19,19 @@ import functools
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import refusal_text
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, refusal_text
 
 
-def wrap(func, refusals):
+def wrap(func, refusals=None):
     """``func`` raising AnsibleFilterError for the exception types in ``refusals`` ({type: title}).
 
     The first matching type (in the order given) names the refusal; a title of None uses the
-    filter's own name as a playbook spells it (``gpusplit.k8s.<name>``).
+    filter's own name as a playbook spells it (``gpusplit.k8s.<name>``). Any other
+    :class:`GpusplitError` is caught last, under the filter's own name, so that no refusal
+    reaches a play unformatted.
     """
+    refusals = {**(refusals or {})}
+    refusals.setdefault(GpusplitError, None)
     kinds = tuple(refusals)
 
     @functools.wraps(func)
@@ -40,6 +45,6 @@ def wrap(func, refusals):
     return run
 
 
-def filters(funcs, refusals):
+def filters(funcs, refusals=None):
     """{name: wrapped filter} for a FilterModule: each function's name is its filter's name."""
     return {f.__name__: wrap(f, refusals) for f in funcs}

@@ -2,9 +2,9 @@
 # Apache-2.0
 """Draw the fleet as one SVG: one row per node, one cell per GPU, coloured by share.
 
-Inputs are the fleet report (verify.verify_fleet: per node name, host, mode, host_gpus,
+Inputs are the fleet report (_split/verify.py verify_fleet: per node name, host, mode, host_gpus,
 kubernetes_gpus, excluded_gpus, allocatable, verdict, reasons) and the fleet plan
-(split_plan: nodes{host: {node, gpus: [{uuid, pci_bus_id, index, name, share, health}]}}).
+(_split/planner.py plan_fleet: nodes{host: {node, gpus: [{uuid, pci_bus_id, index, name, share, health}]}}).
 Every GPU cell carries a <title> tooltip (UUID, PCI bus id, name, health, share); every row a
 <title> with the node's verdict and reasons. Pure: returns the SVG text, deterministic (no
 clock), so that the picture of an unchanged fleet is byte-for-byte the same.

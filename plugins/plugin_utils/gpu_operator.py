@@ -31,15 +31,14 @@ from __future__ import annotations
 import copy
 import re
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.chart import deep_merge
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._settings import with_defaults
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import (
     MIG_STRATEGIES,
     SHARE_KUBERNETES,
     node_plans,
 )
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.chart import deep_merge
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.gpu_operator_checks import (
     LABEL_DEVICE_PLUGIN,
     MIG_CONFIG_DISABLED,
@@ -50,6 +49,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.gpu_operator_checks i
     mig_config_labels,
     operator_nodes,
 )
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.settings import with_defaults
 
 API_VERSION = "nvidia.com/v1"
 KIND = "ClusterPolicy"
@@ -351,6 +351,34 @@ def render_mig_label(node, config):
 # everything at once, for the role
 
 
+# what operator_config takes besides the plan and the settings: argument -> (type, what it is)
+INPUTS = {
+    "mig_configs": (dict, "a mapping of host to gpusplit_mig_config (gpusplit.k8s.mig_configs)"),
+    "clusterpolicies": (list, "a list of ClusterPolicy objects (k8s_info resources)"),
+    "nodes": (list, "a list of Node objects (k8s_info resources)"),
+    "daemonsets": (list, "a list of DaemonSet objects (k8s_info resources)"),
+}
+
+
+def _require_inputs(**given):
+    """Refuse (OperatorError, every reason) an argument of operator_config of the wrong shape."""
+    errors = []
+    for name, value in given.items():
+        kind, what = INPUTS[name]
+        if value is None:
+            continue
+        if not isinstance(value, kind):
+            errors.append(f"{name}: expected {what}, got {type(value).__name__}")
+        elif kind is list:
+            errors.extend(
+                f"{name}[{i}]: expected a mapping (a Kubernetes object), got {type(item).__name__}"
+                for i, item in enumerate(value)
+                if not isinstance(item, dict)
+            )
+    if errors:
+        raise OperatorError(errors)
+
+
 def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None, nodes=None, daemonsets=None):
     """What the role gpu_operator does, decided up front. Raises OperatorError with every refusal.
 
@@ -360,6 +388,9 @@ def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None,
     Returns {helm, helm_values, clusterpolicy, objects, mig_labels, mig_strategy, operator_namespace,
     warnings, summary}.
     """
+    _require_inputs(
+        mig_configs=mig_configs, clusterpolicies=clusterpolicies, nodes=nodes, daemonsets=daemonsets
+    )
     s = resolve_settings(settings)
     errors, warnings, summary = [], [], []
 

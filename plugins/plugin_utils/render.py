@@ -35,9 +35,9 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     LABEL_VALUE_RE as _LABEL_VALUE_RE,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import taint_text
-from ansible_collections.gpusplit.k8s.plugins.module_utils._settings import with_defaults
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import mode_has
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import get_mode, mode_has
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import node_plans
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.settings import with_defaults
 
 try:  # libyaml's loader when present: same result, much faster for 10k objects
     _YAML_LOADER = yaml.CSafeLoader
@@ -100,6 +100,14 @@ _IMAGE_RE = re.compile(r"^[^\s]+$")
 
 class RenderError(GpusplitError):
     """Bad settings or a plan that cannot be rendered."""
+
+
+def mode_of(node_plan):
+    """The mode table's entry for ``node_plan``; a mode the table does not have is refused (RenderError)."""
+    try:
+        return get_mode(node_plan.get("mode"), where=f"{node_plan.get('host')}: node plan")
+    except GpusplitError as exc:
+        raise RenderError(exc.errors) from None
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,7 +280,11 @@ def node_labels(node_plan, operator_managed=False):
 
 
 def node_taints(node_plan, taint_enabled):
-    """``[nvidia.com/gpu=present:NoSchedule]`` for a node with Kubernetes GPUs when enabled."""
+    """``[nvidia.com/gpu=present:NoSchedule]`` for a node with Kubernetes GPUs when enabled.
+
+    A node plan whose mode the table does not have is refused (RenderError), enabled or not.
+    """
+    mode_of(node_plan)
     if taint_enabled and node_plan["kubernetes_count"] > 0:
         return [dict(GPU_TAINT)]
     return []
@@ -416,7 +428,7 @@ def render_daemonsets(plan, settings=None):
     out = []
     seen = {}
     for node_plan in node_plans(plan):
-        if not mode_has(node_plan.get("mode"), "split_plugin") or not node_plan["kubernetes_uuids"]:
+        if not mode_of(node_plan).split_plugin or not node_plan["kubernetes_uuids"]:
             continue
         ds = _render_daemonset(node_plan, s)
         name = ds["metadata"]["name"]

@@ -105,6 +105,12 @@ def _int(value, what, errors, minimum):
 
 def resolve_job(spec: dict) -> dict:
     """``spec`` with defaults applied and checked; raises :class:`WorkloadError` listing every problem."""
+    if spec is not None and not isinstance(spec, dict):
+        raise WorkloadError(
+            [
+                f"the gang job: expected a mapping (name, replicas, gpus_per_pod, ...), got {type(spec).__name__}"
+            ]
+        )
     errors: list[str] = []
     unknown = sorted(set(spec or {}) - set(DEFAULTS) - {"name"})
     if unknown:

@@ -40,8 +40,8 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.quantity import parse_quantity
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import is_gpu_resource, tolerates
-from ansible_collections.gpusplit.k8s.plugins.module_utils._settings import with_defaults
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.settings import with_defaults
 
 NATIVE_DOMAIN = "kubernetes.io/"  # kubernetes.io/ and every *.kubernetes.io/ name is native
 QUOTA_PREFIX = "requests."  # quota names, never a container resource
@@ -95,10 +95,101 @@ def _objects(manifests):
     for obj in manifests if isinstance(manifests, (list, tuple)) else [manifests]:
         if not isinstance(obj, dict):
             continue
-        if obj.get("kind") == "List" or (obj.get("kind") or "").endswith("List") and "items" in obj:
+        kind = obj.get("kind")
+        if kind == "List" or isinstance(kind, str) and kind.endswith("List") and "items" in obj:
             yield from _objects(obj.get("items") or [])
         else:
             yield obj
+
+
+def _got(value):
+    return f"got {type(value).__name__}"
+
+
+def _list_of_mappings(value, field):
+    """What is wrong with a list of mappings at ``field`` (empty when nothing)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        return [f"{field}: expected a list, {_got(value)}"]
+    return [
+        f"{field}[{i}]: expected a mapping, {_got(item)}"
+        for i, item in enumerate(value)
+        if not isinstance(item, dict)
+    ]
+
+
+def _container_problems(container, field):
+    if not isinstance(container, dict):
+        return [f"{field}: expected a mapping, {_got(container)}"]
+    problems = _list_of_mappings(container.get("env"), f"{field}.env")
+    env_from = container.get("envFrom")
+    problems += _list_of_mappings(env_from, f"{field}.envFrom")
+    for i, src in enumerate(env_from if isinstance(env_from, list) else []):
+        if not isinstance(src, dict):
+            continue
+        if not isinstance(src.get("prefix") or "", str):
+            problems.append(f"{field}.envFrom[{i}].prefix: expected a string, {_got(src['prefix'])}")
+        for ref in ("configMapRef", "secretRef"):
+            if src.get(ref) is not None and not isinstance(src[ref], dict):
+                problems.append(f"{field}.envFrom[{i}].{ref}: expected a mapping, {_got(src[ref])}")
+    res = container.get("resources")
+    if res is None:
+        return problems
+    if not isinstance(res, dict):
+        return problems + [f"{field}.resources: expected a mapping, {_got(res)}"]
+    for section in ("requests", "limits"):
+        if res.get(section) is not None and not isinstance(res[section], dict):
+            problems.append(f"{field}.resources.{section}: expected a mapping, {_got(res[section])}")
+    if res.get("claims") is not None and not isinstance(res["claims"], list):
+        problems.append(f"{field}.resources.claims: expected a list, {_got(res['claims'])}")
+    return problems
+
+
+def shape_problems(obj):
+    """What in a manifest is not shaped as Kubernetes has it, where the lint reads it.
+
+    Each message names the object (``<kind>/<namespace>/<name>``) and the field.
+    """
+    kind, meta = obj.get("kind"), obj.get("metadata")
+    if not isinstance(kind, (str, type(None))):
+        return [f"{_safe_name(obj)}: kind: expected a string, {_got(kind)}"]
+    if not isinstance(meta, (dict, type(None))):
+        return [f"{_safe_name(obj)}: metadata: expected a mapping, {_got(meta)}"]
+    if not isinstance((meta or {}).get("namespace"), (str, type(None))):
+        return [f"{_safe_name(obj)}: metadata.namespace: expected a string, {_got(meta['namespace'])}"]
+    path = _POD_SPEC_PATHS.get(kind)
+    if not path:
+        return []
+    name, cur = object_name(obj), obj
+    for depth, key in enumerate(path):
+        cur = cur.get(key)
+        if cur is None:
+            return []  # no pod spec: nothing to lint, as before
+        if not isinstance(cur, dict):
+            return [f"{name}: {'.'.join(path[: depth + 1])}: expected a mapping, {_got(cur)}"]
+    where = ".".join(path)
+    problems = []
+    for list_name in _CONTAINER_LISTS:
+        containers = cur.get(list_name)
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            problems.append(f"{where}.{list_name}: expected a list of containers, {_got(containers)}")
+            continue
+        for i, container in enumerate(containers):
+            problems += _container_problems(container, f"{where}.{list_name}[{i}]")
+    problems += _list_of_mappings(cur.get("tolerations"), f"{where}.tolerations")
+    problems += _list_of_mappings(cur.get("resourceClaims"), f"{where}.resourceClaims")
+    return [f"{name}: {problem}" for problem in problems]
+
+
+def _safe_name(obj):
+    """object_name for a manifest whose kind or metadata may be of the wrong type."""
+    kind = obj.get("kind") if isinstance(obj.get("kind"), str) else "?"
+    meta = obj.get("metadata") if isinstance(obj.get("metadata"), dict) else {}
+    ns = meta.get("namespace") if isinstance(meta.get("namespace"), str) else None
+    return f"{kind}/{ns + '/' if ns else ''}{meta.get('name') or '(unnamed)'}"
 
 
 def object_name(obj):
@@ -243,8 +334,12 @@ def lint(
         raise LintError(f"gpu_taint: expected a taint with key and effect, got {gpu_taint!r}")
     allowed = set(allowed_namespaces or ())
     names = tuple(visibility_env or ())
+    objects = list(_objects(manifests))
+    problems = [problem for obj in objects for problem in shape_problems(obj)]
+    if problems:
+        raise LintError(problems)
     findings = []
-    for obj in _objects(manifests):
+    for obj in objects:
         spec = pod_spec(obj)
         if spec is None:
             continue

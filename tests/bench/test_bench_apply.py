@@ -19,7 +19,7 @@ import pytest
 import yaml
 from fleetgen import synthetic_fleet
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply as k8s_apply
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import render_daemonsets
 from lab import components as C
@@ -60,10 +60,10 @@ def test_bench_apply_1000_daemonsets(lab, request):
     _kubectl("create", "namespace", ns_kubectl)
     try:
         t0 = time.perf_counter()
-        first = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), ours)
+        first = apply.run(apply.Cluster(str(C.KUBECONFIG)), ours)
         t_ours = time.perf_counter() - t0
         t0 = time.perf_counter()
-        again = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), ours)
+        again = apply.run(apply.Cluster(str(C.KUBECONFIG)), ours)
         t_ours_again = time.perf_counter() - t0
 
         t0 = time.perf_counter()

@@ -5,7 +5,7 @@ driver that the control plane sees: for a node it publishes the ResourceSlice th
 kubelet plugin would publish (driver gpu.nvidia.com, pool = node name, one device gpu-<minor> per
 GPU of the node's fixture, with the uuid / productName / resource.kubernetes.io/pciBusID
 attributes), and the DeviceClass gpu.nvidia.com that the driver's chart installs. Both are
-rendered by plugins/plugin_utils/dra_render.py. Everything else (claims, allocation, DeviceTaintRules,
+rendered by lab/dra_driver.py. Everything else (claims, allocation, DeviceTaintRules,
 eviction) is the real kube-apiserver, kube-scheduler and kube-controller-manager.
 
 It also writes a node's containerd config below the lab's host root for that host
@@ -32,11 +32,8 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import (  
     DEVICE_CLASS,
     DRIVER,
 )
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.dra_render import (  # noqa: E402
-    render_device_class,
-    render_resource_slice,
-)
 from lab.components import KUBECONFIG  # noqa: E402
+from lab.dra_driver import render_device_class, render_resource_slice  # noqa: E402
 from lab.nodes import FIXTURES, ensure_node  # noqa: E402
 
 FIELD_MANAGER = "gpusplit-lab-dra-harness"

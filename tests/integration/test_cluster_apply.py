@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply as k8s_apply
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import LABEL_MANAGED_BY
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import MIG_STRATEGIES, plan_fleet
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
@@ -55,7 +55,7 @@ def ns(kubectl):
 
 
 def test_apply_rerun_update_prune(ns, kubectl):
-    cluster = k8s_apply.Cluster(str(C.KUBECONFIG))
+    cluster = apply.Cluster(str(C.KUBECONFIG))
     prune = [
         {
             "api_version": "v1",
@@ -66,17 +66,17 @@ def test_apply_rerun_update_prune(ns, kubectl):
     ]
     objs = [configmap(ns, f"cm-{i}", {"gpus": str(i)}) for i in range(3)]
 
-    first = k8s_apply.run(cluster, objs, prune=prune)
+    first = apply.run(cluster, objs, prune=prune)
     assert sorted(first["created"]) == sorted(f"ConfigMap/{ns}/cm-{i} (v1)" for i in range(3))
     assert first["api_writes"] == 3
 
     before = writes_to(kubectl, "configmaps")
-    again = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), objs, prune=prune)
+    again = apply.run(apply.Cluster(str(C.KUBECONFIG)), objs, prune=prune)
     assert again["changed"] is False and again["unchanged"] == 3 and again["api_writes"] == 0
     assert writes_to(kubectl, "configmaps") == before  # the apiserver saw no write at all
 
     objs[1] = configmap(ns, "cm-1", {"gpus": "7"})
-    changed = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), objs[:2], prune=prune)
+    changed = apply.run(apply.Cluster(str(C.KUBECONFIG)), objs[:2], prune=prune)
     assert changed["updated"] == [f"ConfigMap/{ns}/cm-1 (v1)"]
     assert changed["pruned"] == [f"ConfigMap/{ns}/cm-2 (v1)"]
     assert kubectl.json("-n", ns, "get", "configmap", "cm-1")["data"] == {"gpus": "7"}
@@ -87,25 +87,25 @@ def test_apply_rerun_update_prune(ns, kubectl):
 
 
 def test_check_mode_is_a_server_dry_run(ns, kubectl):
-    cluster = k8s_apply.Cluster(str(C.KUBECONFIG))
-    result = k8s_apply.run(cluster, [configmap(ns, "dry", {"a": "b"})], check_mode=True)
+    cluster = apply.Cluster(str(C.KUBECONFIG))
+    result = apply.run(cluster, [configmap(ns, "dry", {"a": "b"})], check_mode=True)
     assert result["created"] == [f"ConfigMap/{ns}/dry (v1)"] and result["api_writes"] == 0
     assert kubectl("-n", ns, "get", "configmap", "dry", check=False).returncode != 0
     # the server validated it: an invalid object fails even in check mode
     bad = configmap(ns, "Not_A_Valid_Name", {"a": "b"})
     with pytest.raises(Exception, match="Invalid value"):
-        k8s_apply.run(cluster, [bad], check_mode=True)
+        apply.run(cluster, [bad], check_mode=True)
 
 
 def test_bad_input_is_refused_before_any_request(ns):
-    cluster = k8s_apply.Cluster(str(C.KUBECONFIG))
-    with pytest.raises(k8s_apply.ApplyError, match="lacks metadata.name"):
-        k8s_apply.run(cluster, [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}])
+    cluster = apply.Cluster(str(C.KUBECONFIG))
+    with pytest.raises(apply.ApplyError, match="lacks metadata.name"):
+        apply.run(cluster, [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}])
     dup = configmap(ns, "x", {})
-    with pytest.raises(k8s_apply.ApplyError, match="appears more than once"):
-        k8s_apply.run(cluster, [dup, dup])
-    with pytest.raises(k8s_apply.ApplyError, match="must include app.kubernetes.io/managed-by"):
-        k8s_apply.run(
+    with pytest.raises(apply.ApplyError, match="appears more than once"):
+        apply.run(cluster, [dup, dup])
+    with pytest.raises(apply.ApplyError, match="must include app.kubernetes.io/managed-by"):
+        apply.run(
             cluster, [dup], prune=[{"api_version": "v1", "kind": "ConfigMap", "label_selector": "t=apply"}]
         )
     assert cluster.writes == 0
@@ -113,21 +113,21 @@ def test_bad_input_is_refused_before_any_request(ns):
 
 def test_a_label_no_longer_sent_is_removed_and_a_label_of_others_stays(ns, kubectl):
     """A field gpusplit applied earlier and stops sending goes away; what others set stays."""
-    cluster = k8s_apply.Cluster(str(C.KUBECONFIG))
+    cluster = apply.Cluster(str(C.KUBECONFIG))
     first = configmap(ns, "labels", {"k": "v"})
     first["metadata"]["labels"]["gpusplit.io/mode"] = "gpu_operator"
-    k8s_apply.run(cluster, [first])
+    apply.run(cluster, [first])
     kubectl("-n", ns, "label", "configmap", "labels", "someone-else=keep")  # another manager's label
 
     second = configmap(ns, "labels", {"k": "v"})  # gpusplit.io/mode no longer sent
-    result = k8s_apply.run(cluster, [second])
-    assert result["updated"] == [k8s_apply.key_text(k8s_apply.object_key(second))], result
+    result = apply.run(cluster, [second])
+    assert result["updated"] == [apply.key_text(apply.object_key(second))], result
     labels = kubectl.json("-n", ns, "get", "configmap", "labels")["metadata"]["labels"]
     assert "gpusplit.io/mode" not in labels
     assert labels["someone-else"] == "keep"
 
     before = writes_to(kubectl, "configmaps")
-    again = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), [second])
+    again = apply.run(apply.Cluster(str(C.KUBECONFIG)), [second])
     assert again["changed"] is False and again["unchanged"] == 1
     assert writes_to(kubectl, "configmaps") == before
 
@@ -173,15 +173,15 @@ def test_a_custom_namespace_check_mode_then_for_real(kubectl):
     assert [o["kind"] for o in objs] == ["Namespace", "DaemonSet", "DaemonSet"]
     # the DaemonSets first: the apply must still create the Namespace before them
     objs = objs[1:] + objs[:1]
-    daemonsets = [k8s_apply.key_text(k8s_apply.object_key(o)) for o in objs if o["kind"] == "DaemonSet"]
+    daemonsets = [apply.key_text(apply.object_key(o)) for o in objs if o["kind"] == "DaemonSet"]
     try:
-        check = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), objs, check_mode=True)
+        check = apply.run(apply.Cluster(str(C.KUBECONFIG)), objs, check_mode=True)
         assert sorted(check["created"]) == sorted([*daemonsets, f"Namespace/{ns} (v1)"]), check
         assert sorted(check["not_dry_run"]) == sorted(daemonsets)
         assert check["api_writes"] == 0 and ns in check["warnings"][0]
         assert kubectl("get", "namespace", ns, check=False).returncode != 0  # nothing stored
 
-        real = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), objs)
+        real = apply.run(apply.Cluster(str(C.KUBECONFIG)), objs)
         assert sorted(real["created"]) == sorted(check["created"]) and real["api_writes"] == 3, real
         assert real["not_dry_run"] == [] and "warnings" not in real
         live = kubectl.json("-n", ns, "get", "daemonsets")["items"]
@@ -189,7 +189,7 @@ def test_a_custom_namespace_check_mode_then_for_real(kubectl):
             o["metadata"]["name"] for o in objs if o["kind"] == "DaemonSet"
         )
         # once the Namespace exists, check mode dry-runs everything again and finds nothing to do
-        again = k8s_apply.run(k8s_apply.Cluster(str(C.KUBECONFIG)), objs, check_mode=True)
+        again = apply.run(apply.Cluster(str(C.KUBECONFIG)), objs, check_mode=True)
         assert again["changed"] is False and again["unchanged"] == 3 and again["not_dry_run"] == []
     finally:
         kubectl("delete", "namespace", ns, "--ignore-not-found", "--wait=false")
@@ -269,8 +269,8 @@ def test_every_rendered_variant_is_accepted_by_the_apiserver(ns, kubectl):
     kinds = sorted({o["kind"] for o in objects})
     assert kinds == ["DaemonSet", "Namespace", "Node"]
 
-    cluster = k8s_apply.Cluster(str(C.KUBECONFIG))
-    result = k8s_apply.run(cluster, objects, check_mode=True)  # dryRun=All: rejected objects raise
+    cluster = apply.Cluster(str(C.KUBECONFIG))
+    result = apply.run(cluster, objects, check_mode=True)  # dryRun=All: rejected objects raise
     assert result["api_writes"] == 0 and result["not_dry_run"] == []
     assert len(result["created"]) + len(result["updated"]) + result["unchanged"] == len(objects)
     assert "DaemonSet/" + ns + "/nvidia-device-plugin-daemonset (apps/v1)" in result["updated"]

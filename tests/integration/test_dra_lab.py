@@ -29,18 +29,15 @@ import pytest
 import yaml
 from ansible_output import recap
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.claims import host_share_toleration
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.devices import dra_pci_bus_id
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DEVICE_CLASS, DRIVER
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.report import (
     eviction_condition,
     parse_eviction_message,
 )
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.dra_render import (
-    diagnostic_claim,
-    render_claim,
-    render_device_class,
-)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import sysfs_pci_address_or_none
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.claims import host_share_toleration
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.render import diagnostic_claim, render_claim
+from lab.dra_driver import render_device_class
 
 ROOT = Path(__file__).resolve().parents[2]
 DGX, WS, DP = "gsdra-dgx-01", "gsdra-ws-01", "gsdra-dp-01"
@@ -261,9 +258,8 @@ def test_harness_publishes_slices_and_the_device_class(ctx):
             g = gpus[dev["name"]]
             assert dev["attributes"]["uuid"]["string"] == g["uuid"]
             assert dev["attributes"]["productName"]["string"] == g["name"]
-            assert dev["attributes"]["resource.kubernetes.io/pciBusID"]["string"] == dra_pci_bus_id(
-                g["pci_bus_id"]
-            )
+            pci_bus_id = dev["attributes"]["resource.kubernetes.io/pciBusID"]["string"]
+            assert pci_bus_id == sysfs_pci_address_or_none(g["pci_bus_id"])
 
 
 # --------------------------------------------------------------------------------------------

@@ -37,8 +37,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import health as cp_health
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import rancher as cpf
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.health import (
+    Credentials,
+    load_kubeconfig,
+    probe_component,
+    resolve_endpoints,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.rancher import render_rancher_dropin
 from lab import components as C
 from lab import lab as labctl
 
@@ -114,9 +119,9 @@ def generations() -> dict[str, int]:
 def gate_values() -> dict[str, dict]:
     """Per component: GenericWorkload from its own /metrics and its process start time."""
     out = {}
-    with cp_health.Credentials(cp_health.load_kubeconfig(str(C.KUBECONFIG))) as creds:
-        for component, endpoint in cp_health.resolve_endpoints(COMPONENTS).items():
-            probe = cp_health.probe_component(component, endpoint, creds)
+    with Credentials(load_kubeconfig(str(C.KUBECONFIG))) as creds:
+        for component, endpoint in resolve_endpoints(COMPONENTS).items():
+            probe = probe_component(component, endpoint, creds)
             metrics = probe["metrics"]
             assert metrics["ok"], (component, probe)
             out[component] = {
@@ -270,7 +275,7 @@ def test_k3s_path_renders_the_drop_in_and_checks_the_components(control_plane, t
     dropin = rancher / "config.yaml.d" / "50-gpusplit-feature-gates.yaml"
     dropin.touch(mode=0o600)
     dropin.write_text(
-        cpf.render_rancher_dropin(
+        render_rancher_dropin(
             {GATE: False},
             {},
             header="Written by gpusplit (role gpusplit.k8s.control_plane_gates): feature gates for the control plane.",
@@ -443,7 +448,7 @@ def k3s(control_plane, tmp_path):
         "write-kubeconfig-mode: '0600'\nkube-apiserver-arg:\n  - audit-log-maxage=7\n"
     )
     dropin = rancher / "config.yaml.d" / DROPIN
-    dropin.write_text(cpf.render_rancher_dropin({EARLIER_GATE: True}, header=DROPIN_HEADER))
+    dropin.write_text(render_rancher_dropin({EARLIER_GATE: True}, header=DROPIN_HEADER))
     dropin.chmod(0o600)
     fake_bin = tmp_path / "bin"
     fake_bin.mkdir()

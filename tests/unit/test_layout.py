@@ -12,16 +12,16 @@ PLUGINS = ROOT / "plugins"
 PREFIX = "ansible_collections.gpusplit.k8s.plugins."
 
 # part -> the parts it may import (besides itself); a part is module_utils/<subpackage or file>,
-# plugin_utils, modules, filter, doc_fragments
+# plugin_utils (with its private subpackages such as _dra/), modules, filter, doc_fragments.
+# plugin_utils may import module_utils, never the other way round.
 MU = "module_utils/"
 ALLOWED = {
     MU + "_errors": set(),
-    MU + "_settings": {MU + "_errors"},
     MU + "_k8s": {MU + "_errors"},
     MU + "_gpu": {MU + "_errors"},
     MU + "_host": {MU + "_errors"},
     MU + "_split": {MU + "_errors", MU + "_gpu", MU + "_k8s"},
-    MU + "_dra": {MU + "_errors", MU + "_gpu", MU + "_k8s", MU + "_split", MU + "_settings"},
+    MU + "_dra": {MU + "_errors", MU + "_k8s", MU + "_split"},
     MU + "_control_plane": {MU + "_errors", MU + "_k8s"},
     MU + "_diagnose": {MU + "_errors", MU + "_k8s"},
 }
@@ -103,8 +103,45 @@ def test_no_file_is_too_long():
 
 def test_private_subpackages_say_so():
     for path in FILES:
-        if part_of(path).startswith(MU + "_") and path.name != "_errors.py":
+        private = part_of(path).startswith(MU + "_") or path.parent.name.startswith("_")
+        if private and path.name != "_errors.py":
             head = path.read_text()[:2000]
             assert "Private to the collection" in head, (
                 f"{path.relative_to(ROOT)}: docstring must say it is private"
             )
+
+
+def module_file(name: str) -> Path | None:
+    if not name.startswith(PREFIX):
+        return None
+    path = PLUGINS.joinpath(*name[len(PREFIX) :].split("."))
+    if path.with_suffix(".py").is_file():
+        return path.with_suffix(".py")
+    return path / "__init__.py" if (path / "__init__.py").is_file() else None
+
+
+def reached_from_modules() -> set[Path]:
+    """Every file the modules import, directly or through other files."""
+    reached, todo = set(), sorted((PLUGINS / "modules").glob("*.py"))
+    while todo:
+        path = todo.pop()
+        if path in reached:
+            continue
+        reached.add(path)
+        todo.extend(f for f in map(module_file, imported(path)) if f is not None and f not in reached)
+    return reached
+
+
+MODULES_REACH = reached_from_modules()
+
+
+@pytest.mark.parametrize(
+    "path", [p for p in FILES if part_of(p) in MODULE_UTILS_PARTS], ids=lambda p: str(p.relative_to(PLUGINS))
+)
+def test_module_utils_holds_only_what_modules_use(path):
+    # AnsiballZ ships module_utils to managed hosts: code that only filters or other controller
+    # code use belongs in plugin_utils/ (docs/architecture.md)
+    assert path in MODULES_REACH, (
+        f"{path.relative_to(ROOT)}: no module imports it, directly or through module_utils; "
+        "move it to plugins/plugin_utils/"
+    )

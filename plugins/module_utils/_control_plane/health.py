@@ -95,13 +95,25 @@ def resolve_endpoints(components, overrides: dict | None = None) -> dict[str, di
     a component outside the defaults needs at least ``health_url``.
     """
     overrides = overrides or {}
+    if not isinstance(overrides, dict):
+        raise HealthError(
+            f"endpoints: expected a mapping of component to endpoint, got {type(overrides).__name__}"
+        )
     resolved = {}
     for component in components:
         base = dict(DEFAULT_ENDPOINTS.get(component, {}))
         extra = overrides.get(component) or {}
+        if not isinstance(extra, dict):
+            raise HealthError(
+                f"endpoints.{component}: expected a mapping with keys {', '.join(ENDPOINT_KEYS)}, "
+                f"got {type(extra).__name__}"
+            )
         unknown = sorted(set(extra) - set(ENDPOINT_KEYS))
         if unknown:
             raise HealthError(f"{component}: unknown endpoint keys {', '.join(unknown)}")
+        problems = [_endpoint_problem(f"endpoints.{component}.{k}", k, v) for k, v in extra.items()]
+        if any(problems):
+            raise HealthError([problem for problem in problems if problem])
         base.update({k: v for k, v in extra.items() if v is not None or k == "tls_server_name"})
         if not base.get("health_url"):
             raise HealthError(f"{component}: no health_url (not a known control-plane component)")
@@ -110,6 +122,23 @@ def resolve_endpoints(components, overrides: dict | None = None) -> dict[str, di
         base.setdefault("tls_server_name", None)
         resolved[component] = base
     return resolved
+
+
+def _endpoint_problem(field, key, value):
+    """What is wrong with one endpoint value given by the caller (None when it is usable)."""
+    if value is None:
+        return None
+    if key == "validate_certs":
+        if not isinstance(value, bool):
+            return f"{field}: expected true or false, got {type(value).__name__} {value!r}"
+        return None
+    if not isinstance(value, str):
+        return f"{field}: expected a string, got {type(value).__name__} {value!r}"
+    if key.endswith("_url"):
+        parts = urllib.parse.urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.netloc:
+            return f"{field}: {value!r} is not an http(s) URL"
+    return None
 
 
 def base_url(url: str) -> str:

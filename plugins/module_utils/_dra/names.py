@@ -4,12 +4,13 @@
 
 The NVIDIA DRA driver cannot be told to leave GPUs out: it publishes every GPU of the node as
 ``gpu-<minor>`` in the pool named after the node. A host share in DRA mode is therefore a
-``NoSchedule`` DeviceTaintRule on each of its devices (docs/dra.md). The other files of this
-package build on these names: ``rules.py`` (DeviceTaintRules), ``claims.py`` (DeviceClass,
-lab ResourceSlice, claims and tolerations), ``chart.py`` (Helm values), ``preflight.py``,
-``published.py`` (the published ResourceSlices), ``report.py`` (the controller's report),
-``isolation.py`` (faulty GPUs). Pure functions, no I/O, standard library only; the objects are
-rendered from templates/ by ``plugins/plugin_utils/dra_render.py``.
+``NoSchedule`` DeviceTaintRule on each of its devices (docs/dra.md). ``report.py`` here reads the
+controller's report on a rule (the module device_taint_rule uses both); the controller-only files
+build on these names in ``plugins/plugin_utils/_dra/``: ``rules.py`` (DeviceTaintRules),
+``claims.py`` (claims and tolerations), ``chart.py`` (Helm values), ``preflight.py``,
+``published.py`` (the published ResourceSlices), ``isolation.py`` (faulty GPUs), and
+``render.py``, which renders the objects from templates/. Pure functions, no I/O, standard
+library only.
 """
 
 from __future__ import annotations
@@ -26,10 +27,6 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import
 
 DRIVER = "gpu.nvidia.com"
 DEVICE_CLASS = "gpu.nvidia.com"
-# the selector of the chart's DeviceClass gpu.nvidia.com (whole GPUs, not MIG devices)
-DEVICE_CLASS_SELECTOR = (
-    "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
-)
 API_GROUP_VERSION = "resource.k8s.io/v1"
 EFFECTS = ("None", "NoSchedule", "NoExecute")
 

@@ -56,12 +56,24 @@ def require_pci_bus_id(value):
     return canonical
 
 
-def sysfs_pci_address(bus_id):
-    """'00000000:17:00.0' -> '0000:17:00.0', the name of the device under /sys/bus/pci/devices."""
+def sysfs_pci_address_or_none(bus_id):
+    """'00000000:17:00.0' -> '0000:17:00.0', or None when ``bus_id`` is no bus id.
+
+    The name of the device under /sys/bus/pci/devices, and the extended BDF form that the DRA
+    driver publishes as resource.kubernetes.io/pciBusID.
+    """
     parts = _pci_parts(bus_id)
     if parts is None:
-        raise GpusplitError(f"not a PCI bus id: {bus_id!r}")
+        return None
     return "{:04x}:{:02x}:{:02x}.{:x}".format(*parts)
+
+
+def sysfs_pci_address(bus_id):
+    """:func:`sysfs_pci_address_or_none`, refusing (GpusplitError) anything that is not a PCI address."""
+    address = sysfs_pci_address_or_none(bus_id)
+    if address is None:
+        raise GpusplitError(f"not a PCI bus id: {bus_id!r}")
+    return address
 
 
 def pci_sort_key(canonical):

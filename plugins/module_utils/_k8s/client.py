@@ -3,7 +3,9 @@
 """The one way gpusplit's modules connect to a cluster. Private to the collection.
 
 Options in doc fragment gpusplit.k8s.cluster. The kubernetes client is imported guarded: a module
-calls require_kubernetes() before anything here touches it.
+calls require_kubernetes() before anything here touches it. A module catches ``API_ERRORS`` (and
+nothing wider) around its requests, so that a bug in its own logic is not reported as a failed
+request.
 """
 
 from __future__ import annotations
@@ -14,12 +16,27 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import Gpuspl
 
 try:
     from kubernetes import config
+    from kubernetes.client.exceptions import OpenApiException
+    from kubernetes.config.config_exception import ConfigException
+    from kubernetes.dynamic.exceptions import ResourceNotFoundError, ResourceNotUniqueError
+    from urllib3.exceptions import HTTPError
 
     HAS_K8S = True
     K8S_IMPORT_ERROR = None
+    # what reaching the cluster can raise: the API's answers (ApiException, DynamicApiError), a
+    # kind the API does not serve, an unusable kubeconfig, the connection (urllib3, sockets, TLS)
+    API_ERRORS = (
+        OpenApiException,
+        ResourceNotFoundError,
+        ResourceNotUniqueError,
+        ConfigException,
+        HTTPError,
+        OSError,
+    )
 except ImportError:  # pragma: no cover - the venv and the collection's requirements bring it
     HAS_K8S = False
     K8S_IMPORT_ERROR = traceback.format_exc()
+    API_ERRORS = (OSError,)
 
 CLUSTER_ARGS = {
     "kubeconfig": {"type": "path"},

@@ -11,7 +11,8 @@ What differs between modes comes from the mode table (``modes.py``): whether the
 share is advertised as resources (``advertises_resources``), whether the MIG strategy applies
 (``mig_strategy_applies``), whether devices are named ``gpu-<minor>`` (``device_names_by_minor``)
 and whether Kubernetes gets a share at all (``kubernetes_share``). The facts are read in
-``inputs.py``, the ``split`` selectors in ``selectors.py``, the fleet table is ``table.py``.
+``inputs.py``, the ``split`` selectors in ``selectors.py``; the fleet table is
+``plugins/plugin_utils/split_table.py`` (controller only).
 
 See docs/split.md for the schema of the plan and the rules.
 """

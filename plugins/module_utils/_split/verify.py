@@ -207,8 +207,94 @@ def verify_node(node_plan, node, plugin_pods, gpus):
     }
 
 
-def require_fleet_plan(plan):
-    """Refuse (GpusplitError with every reason) what is not a fleet plan of the table's modes."""
+def _got(value):
+    return f"got {type(value).__name__}"
+
+
+def _string(value):
+    return None if isinstance(value, str) else _got(value)
+
+
+def _strings(value):
+    if not isinstance(value, list):
+        return _got(value)
+    bad = [i for i, v in enumerate(value) if not isinstance(v, str)]
+    return f"item {bad[0]} is {type(value[bad[0]]).__name__}" if bad else None
+
+
+def _counts(value):
+    if not isinstance(value, dict):
+        return _got(value)
+    for name, count in value.items():
+        try:
+            int(count)
+        except (TypeError, ValueError):
+            return f"{name} is {count!r}, not a count"
+    return None
+
+
+def _mappings_with(*keys):
+    def check(value):
+        if not isinstance(value, list):
+            return _got(value)
+        for i, item in enumerate(value):
+            if not isinstance(item, dict):
+                return f"item {i} is {type(item).__name__}"
+            missing = [k for k in keys if k not in item]
+            if missing:
+                return f"item {i} has no {', '.join(missing)}"
+        return None
+
+    return check
+
+
+# what verify reads from a node plan: key, required, check (None or what is wrong), what it is
+NODE_PLAN_FIELDS = (
+    ("host", True, _string, "the inventory host name (a string)"),
+    ("node", True, _string, "the Kubernetes node name (a string)"),
+    ("host_uuids", True, _strings, "a list of GPU UUIDs"),
+    ("kubernetes_uuids", True, _strings, "a list of GPU UUIDs"),
+    ("resources", False, _counts, "a mapping of resource name to count"),
+    ("gpus", False, _mappings_with("uuid", "share"), "a list of GPUs, each with uuid and share"),
+    ("excluded", False, _mappings_with("uuid"), "a list of GPUs, each with uuid"),
+)
+
+
+def _node_plan_problems(host, node_plan):
+    problems = []
+    for key, required, check, what in NODE_PLAN_FIELDS:
+        field = f"plan.nodes.{host}.{key}"
+        if key not in node_plan:
+            if required:
+                problems.append(
+                    f"{field}: missing; expected {what} (is this a node plan of the gpu_plan role?)"
+                )
+            continue
+        wrong = check(node_plan[key])
+        if wrong:
+            problems.append(f"{field}: expected {what}, {wrong}")
+    return problems
+
+
+def _facts_problems(facts_by_host):
+    if facts_by_host is None:
+        return []
+    if not isinstance(facts_by_host, dict):
+        return [f"facts: expected a mapping of host to its GPU facts, got {type(facts_by_host).__name__}"]
+    problems = []
+    for host, gpus in sorted(facts_by_host.items(), key=lambda item: str(item[0])):
+        wrong = None if gpus is None else _mappings_with()(gpus)
+        if wrong:
+            problems.append(f"facts.{host}: expected a list of GPUs (nvidia_gpus), each a mapping, {wrong}")
+    return problems
+
+
+def require_fleet_plan(plan, facts_by_host=None):
+    """Refuse (GpusplitError with every reason) what is not a fleet plan of the table's modes.
+
+    Every field verify reads from a node plan is checked (:data:`NODE_PLAN_FIELDS`), and the GPU
+    facts per host when given.
+    """
     if not isinstance(plan, dict) or not isinstance(plan.get("nodes"), dict):
         raise GpusplitError(["plan: expected a fleet plan with a 'nodes' mapping (from the gpu_plan role)"])
     errors = []
@@ -221,6 +307,8 @@ def require_fleet_plan(plan):
             get_mode(node_plan.get("mode"), where=f"{host}: node plan")
         except GpusplitError as exc:
             errors.extend(exc.errors)
+        errors.extend(_node_plan_problems(host, node_plan))
+    errors.extend(_facts_problems(facts_by_host))
     if errors:
         raise GpusplitError(errors)
 
@@ -230,11 +318,11 @@ def verify_fleet(plan, nodes, pods, facts_by_host):
 
     A plan that is not a fleet plan of known modes is refused (:func:`require_fleet_plan`).
     """
-    require_fleet_plan(plan)
+    require_fleet_plan(plan, facts_by_host)
     by_name = {n["metadata"]["name"]: n for n in nodes or []}
     pods_by_node = _plugin_pods_by_node(pods)
     entries = []
-    for host in sorted(plan["nodes"]):
+    for host in sorted(plan["nodes"], key=str):
         node_plan = plan["nodes"][host]
         entries.append(
             verify_node(

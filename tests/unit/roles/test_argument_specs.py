@@ -74,6 +74,15 @@ def test_gpu_plan_mode_choices_are_the_mode_table():
     assert mode["default"] in MODE_NAMES
 
 
+def test_node_plan_filter_mode_choices_are_the_mode_table():
+    """The node_plan filter documents its modes by hand: they are the mode table's names too."""
+    doc = yaml.safe_load((ROOT / "plugins" / "filter" / "node_plan.yml").read_text())
+    mode = doc["DOCUMENTATION"]["options"]["mode"]
+    assert mode["choices"] == list(MODE_NAMES), (
+        f"plugins/filter/node_plan.yml: the mode choices must be the mode table's names {list(MODE_NAMES)}"
+    )
+
+
 def test_gpu_plan_accepts_the_documented_forms():
     good = {
         "gpusplit_mode": "device_plugin",

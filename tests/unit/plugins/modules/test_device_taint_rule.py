@@ -125,3 +125,87 @@ def test_the_module_runs_without_jinja2():
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
+
+
+class UntouchedCluster:
+    """A cluster that may not even be read: the refusal comes first."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the cluster was used ({name})")
+
+
+def rule(**fields):
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "r"},
+        "spec": {"taint": {"key": "k", "effect": "NoSchedule"}},
+        **fields,
+    }
+
+
+@pytest.mark.parametrize(
+    ("params", "msg"),
+    [
+        ({"definition": rule(metadata="r")}, "definition.metadata: expected a mapping, got str"),
+        ({"definition": rule(metadata={"name": 7})}, "definition.metadata.name: expected a string, got int"),
+        (
+            {"definition": rule(spec="taint me")},
+            "nothing was applied: definition.spec: expected a mapping, got str",
+        ),
+        (
+            {"definition": rule(spec={"taint": ["k", "NoSchedule"]})},
+            "nothing was applied: definition.spec.taint: expected a mapping, got list",
+        ),
+        ({"definition": "r"}, "definition: expected a mapping, got str"),
+        (
+            {"definition": rule(metadata=["r"]), "state": "absent"},
+            "definition.metadata: expected a mapping, got list",
+        ),
+    ],
+)
+def test_a_definition_of_the_wrong_shape_is_refused_before_the_cluster_is_used(params, msg):
+    module = FakeModule(**params)
+    with pytest.raises(Failed) as failed, fail_on_refusal(module):
+        mod.run(module, UntouchedCluster())
+    assert failed.value.args[0] == {"msg": msg, "errors": [msg]}
+
+
+def run_main(params, capsys):
+    import json
+
+    from ansible.module_utils.testing import patch_module_args
+
+    with patch_module_args(params), pytest.raises(SystemExit) as exc:
+        mod.main()
+    return exc.value.code, json.loads(capsys.readouterr().out)
+
+
+def test_main_refuses_before_it_connects(monkeypatch, capsys):
+    monkeypatch.setattr(mod, "Cluster", UntouchedCluster)  # constructing it would fail the test
+    rc, out = run_main({"definition": rule(spec="taint me")}, capsys)
+    msg = "nothing was applied: definition.spec: expected a mapping, got str"
+    assert rc == 1 and out["msg"] == msg and out["errors"] == [msg] and not out.get("changed")
+
+
+def test_main_reports_an_api_error_as_a_failed_request(monkeypatch, capsys):
+    from kubernetes.client.exceptions import ApiException
+
+    def unreachable(*_args):
+        raise ApiException(status=503, reason="Service Unavailable")
+
+    monkeypatch.setattr(mod, "Cluster", unreachable)
+    rc, out = run_main({"definition": rule()}, capsys)
+    assert rc == 1 and out["msg"].startswith("DeviceTaintRule: the API request failed: (503)")
+
+
+def test_main_does_not_disguise_a_bug_as_a_failed_request(monkeypatch):
+    from ansible.module_utils.testing import patch_module_args
+
+    def buggy(module, cluster):
+        return {}["no such key"]
+
+    monkeypatch.setattr(mod, "Cluster", lambda *_args: NoRuleCluster())
+    monkeypatch.setattr(mod, "run", buggy)
+    with patch_module_args({"definition": rule()}), pytest.raises(KeyError):
+        mod.main()

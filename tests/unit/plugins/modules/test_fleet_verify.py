@@ -34,20 +34,59 @@ def run_module(args, tmp_path):
     return json.loads(proc.stdout)
 
 
+def node_plan(host, mode, **fields):
+    """The fields verify reads from a node plan of the gpu_plan role."""
+    return {"host": host, "node": host, "mode": mode, "host_uuids": [], "kubernetes_uuids": [], **fields}
+
+
 @pytest.mark.parametrize(
-    ("plan", "msg"),
+    ("plan", "facts", "errors"),
     [
-        ({"n1": {}}, "plan: expected a fleet plan with a 'nodes' mapping (from the gpu_plan role)"),
+        ({"n1": {}}, {}, ["plan: expected a fleet plan with a 'nodes' mapping (from the gpu_plan role)"]),
         (
-            {"nodes": {"n1": {"mode": "gone"}, "n2": {"mode": "dra"}}},
-            "n1: node plan: mode 'gone' is not one of device_plugin, gpu_operator, dra, none",
+            {"nodes": {"n1": node_plan("n1", "gone"), "n2": node_plan("n2", "dra")}},
+            {},
+            ["n1: node plan: mode 'gone' is not one of device_plugin, gpu_operator, dra, none"],
+        ),
+        (
+            {"nodes": {"n1": {"mode": "dra", "host": "n1", "kubernetes_uuids": []}}},
+            {},
+            [
+                "plan.nodes.n1.node: missing; expected the Kubernetes node name (a string) "
+                "(is this a node plan of the gpu_plan role?)",
+                "plan.nodes.n1.host_uuids: missing; expected a list of GPU UUIDs "
+                "(is this a node plan of the gpu_plan role?)",
+            ],
+        ),
+        (
+            {
+                "nodes": {
+                    "n1": node_plan(
+                        "n1",
+                        "device_plugin",
+                        node=5,
+                        resources={"nvidia.com/gpu": "two"},
+                        gpus=["GPU-1"],
+                        excluded=None,
+                    )
+                }
+            },
+            {"n1": "GPU-1"},
+            [
+                "plan.nodes.n1.node: expected the Kubernetes node name (a string), got int",
+                "plan.nodes.n1.resources: expected a mapping of resource name to count, "
+                "nvidia.com/gpu is 'two', not a count",
+                "plan.nodes.n1.gpus: expected a list of GPUs, each with uuid and share, item 0 is str",
+                "plan.nodes.n1.excluded: expected a list of GPUs, each with uuid, got NoneType",
+                "facts.n1: expected a list of GPUs (nvidia_gpus), each a mapping, got str",
+            ],
         ),
     ],
 )
-def test_a_bad_plan_is_refused_before_the_cluster_is_read(plan, msg, tmp_path):
-    result = run_module({"plan": plan}, tmp_path)
+def test_a_bad_plan_is_refused_before_the_cluster_is_read(plan, facts, errors, tmp_path):
+    result = run_module({"plan": plan, "facts": facts}, tmp_path)
     assert result["failed"] is True and result["changed"] is False
-    assert result["msg"] == msg and result["errors"] == [msg]
+    assert result["msg"] == "\n".join(errors) and result["errors"] == errors
 
 
 def test_an_unreachable_cluster_is_a_failed_read(tmp_path):

@@ -21,8 +21,11 @@ from ansible.errors import AnsibleFilterError
 from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpusplit.k8s.plugins.filter import control_plane_gates as cpg_filters
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import health as cp_health
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import rancher as cpf
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import health
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.rancher import (
+    rancher_component_flags,
+    render_rancher_dropin,
+)
 from ansible_collections.gpusplit.k8s.plugins.modules import control_plane_health
 
 ROOT = Path(__file__).resolve().parents[5]
@@ -67,7 +70,7 @@ E1129 07:31:49.470129    3794 run.go:72] "command failed" err="unrecognized feat
 
 
 def test_parse_prometheus_text_reads_samples_and_skips_comments():
-    samples = cp_health.parse_prometheus_text(SCHEDULER_METRICS)
+    samples = health.parse_prometheus_text(SCHEDULER_METRICS)
     names = [s[0] for s in samples]
     assert "kubernetes_build_info" in names and not any(n.startswith("#") for n in names)
     build = next(s for s in samples if s[0] == "kubernetes_build_info")
@@ -82,7 +85,7 @@ def test_parse_prometheus_text_escapes_specials_and_timestamps():
         "o NaN\n"
         'p{empty=""} -1.5e-3\n'
     )
-    samples = cp_health.parse_prometheus_text(text)
+    samples = health.parse_prometheus_text(text)
     assert samples[0] == ("m", {"a": 'x"y', "b": "c\\d", "c": "line\nbreak", "d": "spaced"}, 3.0)
     assert samples[1] == ("n", {}, math.inf)
     assert math.isnan(samples[2][2])
@@ -91,30 +94,30 @@ def test_parse_prometheus_text_escapes_specials_and_timestamps():
 
 def test_parse_prometheus_text_restricted_to_names_skips_the_rest():
     text = SCHEDULER_METRICS + "garbage line that is not a sample\n"
-    with pytest.raises(cp_health.HealthError, match="cannot parse metrics line"):
-        cp_health.parse_prometheus_text(text)
-    assert cp_health.process_start_time(text) == pytest.approx(1795936668.9)
+    with pytest.raises(health.HealthError, match="cannot parse metrics line"):
+        health.parse_prometheus_text(text)
+    assert health.process_start_time(text) == pytest.approx(1795936668.9)
 
 
 def test_feature_gates_from_metrics():
-    assert cp_health.feature_gate_states(SCHEDULER_METRICS) == {
+    assert health.feature_gate_states(SCHEDULER_METRICS) == {
         "APIResponseCompression": True,
         "CompositePodGroup": False,
         "DRADeviceTaintRules": True,
         "GenericWorkload": False,
     }
-    assert cp_health.feature_gate_values(SCHEDULER_METRICS)["GenericWorkload"] == 0.0
-    stages = cp_health.feature_gate_stages(SCHEDULER_METRICS)
+    assert health.feature_gate_values(SCHEDULER_METRICS)["GenericWorkload"] == 0.0
+    stages = health.feature_gate_stages(SCHEDULER_METRICS)
     assert stages["GenericWorkload"] == "BETA" and stages["DRADeviceTaintRules"] == ""
 
 
 def test_process_start_time_absent():
-    assert cp_health.process_start_time("up 1\n") is None
+    assert health.process_start_time("up 1\n") is None
 
 
 def test_bad_label_syntax_is_an_error():
-    with pytest.raises(cp_health.HealthError, match="labels"):
-        cp_health.parse_prometheus_text("m{a=unquoted} 1\n")
+    with pytest.raises(health.HealthError, match="labels"):
+        health.parse_prometheus_text("m{a=unquoted} 1\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -139,23 +142,23 @@ def test_served_group_versions_from_every_discovery_shape():
         "items": [{"metadata": {"name": "scheduling.k8s.io"}, "versions": [{"version": "v1beta1"}]}],
     }
     core = {"kind": "APIVersions", "versions": ["v1"]}
-    assert cp_health.served_group_versions(group_list) == [
+    assert health.served_group_versions(group_list) == [
         "scheduling.k8s.io/v1",
         "scheduling.k8s.io/v1beta1",
     ]
-    assert cp_health.served_group_versions(aggregated) == ["scheduling.k8s.io/v1beta1"]
-    assert cp_health.served_group_versions(core) == ["v1"]
-    assert cp_health.served_group_versions(None) == []
+    assert health.served_group_versions(aggregated) == ["scheduling.k8s.io/v1beta1"]
+    assert health.served_group_versions(core) == ["v1"]
+    assert health.served_group_versions(None) == []
 
 
 def test_discovery_problems():
     served = {"ok": True, "url": "https://x/apis", "served": ["scheduling.k8s.io/v1"]}
-    assert cp_health.discovery_problems(served, []) == []
-    assert cp_health.discovery_problems(served, ["scheduling.k8s.io/v1beta1"]) == [
+    assert health.discovery_problems(served, []) == []
+    assert health.discovery_problems(served, ["scheduling.k8s.io/v1beta1"]) == [
         "scheduling.k8s.io/v1beta1 is not served (kube-apiserver discovery https://x/apis)"
     ]
     down = {"ok": False, "url": "https://x/apis", "error": "ConnectionRefusedError: refused"}
-    assert "refused" in cp_health.discovery_problems(down, ["v1"])[0]
+    assert "refused" in health.discovery_problems(down, ["v1"])[0]
 
 
 # --------------------------------------------------------------------------------------------
@@ -180,35 +183,31 @@ def probe(health_ok=True, gates=None, start=100.0, metrics_ok=True, status=200):
 
 
 def test_evaluate_probe_healthy_and_as_expected():
-    assert (
-        cp_health.evaluate_probe(probe(gates={"GenericWorkload": 1.0}), {"GenericWorkload": True}, 50) == []
-    )
-    assert cp_health.evaluate_probe(probe(), None, None) == []
+    assert health.evaluate_probe(probe(gates={"GenericWorkload": 1.0}), {"GenericWorkload": True}, 50) == []
+    assert health.evaluate_probe(probe(), None, None) == []
 
 
 def test_evaluate_probe_reports_each_problem():
-    assert cp_health.evaluate_probe(probe(health_ok=False), {"GenericWorkload": True}) == [
+    assert health.evaluate_probe(probe(health_ok=False), {"GenericWorkload": True}) == [
         "https://127.0.0.1:10259/healthz: refused"
     ]
-    wrong = cp_health.evaluate_probe(probe(gates={"GenericWorkload": 0.0}), {"GenericWorkload": "true"}, 150)
+    wrong = health.evaluate_probe(probe(gates={"GenericWorkload": 0.0}), {"GenericWorkload": "true"}, 150)
     assert wrong == [
         'kubernetes_feature_enabled{name="GenericWorkload"} is 0, expected 1',
         "kube-scheduler has not restarted yet (process started 100.00, not after 150.00)",
     ]
-    missing = cp_health.evaluate_probe(probe(gates={}), {"NoSuchGate": True})
+    missing = health.evaluate_probe(probe(gates={}), {"NoSuchGate": True})
     assert missing == ['kubernetes_feature_enabled{name="NoSuchGate"} is not reported by kube-scheduler']
-    forbidden = cp_health.evaluate_probe(probe(metrics_ok=False), {"GenericWorkload": True})
+    forbidden = health.evaluate_probe(probe(metrics_ok=False), {"GenericWorkload": True})
     assert forbidden == ["https://127.0.0.1:10259/metrics: HTTP 403: forbidden"]
     no_start = probe(gates={"GenericWorkload": 1.0}, start=None)
-    assert cp_health.evaluate_probe(no_start, {}, 1) == [
-        "kube-scheduler reports no process_start_time_seconds"
-    ]
-    with pytest.raises(cp_health.HealthError):
-        cp_health.evaluate_probe(probe(gates={"G": 1.0}), {"G": "maybe"})
+    assert health.evaluate_probe(no_start, {}, 1) == ["kube-scheduler reports no process_start_time_seconds"]
+    with pytest.raises(health.HealthError):
+        health.evaluate_probe(probe(gates={"G": 1.0}), {"G": "maybe"})
 
 
 def test_component_error_prefers_fatal_lines_and_dedupes_crash_loops():
-    lines = cp_health.component_error(APISERVER_CRASH_LOG)
+    lines = health.component_error(APISERVER_CRASH_LOG)
     assert lines == [
         'E1129 07:31:49.470129    3794 run.go:72] "command failed" err="unrecognized feature gate: NoSuchGateForGpusplit"'
     ]
@@ -227,15 +226,15 @@ def test_component_error_finds_every_start_refusal(line):
     text = (
         "I1129 07:00:00.000000 1 server.go:1] starting\n" + line + "\nI1129 07:00:01.000000 1 x.go:1] more\n"
     )
-    assert cp_health.component_error(text) == [line]
+    assert health.component_error(text) == [line]
 
 
 def test_component_error_falls_back_to_errors_then_tail():
     errors = "I0 a\nE1129 07:00:00.000000 1 x.go:1] connection refused\nI0 b\n"
-    assert cp_health.component_error(errors) == ["E1129 07:00:00.000000 1 x.go:1] connection refused"]
+    assert health.component_error(errors) == ["E1129 07:00:00.000000 1 x.go:1] connection refused"]
     plain = "\n".join(f"line {i}" for i in range(20))
-    assert cp_health.component_error(plain, 3) == ["line 17", "line 18", "line 19"]
-    assert cp_health.component_error("") == []
+    assert health.component_error(plain, 3) == ["line 17", "line 18", "line 19"]
+    assert health.component_error("") == []
 
 
 # --------------------------------------------------------------------------------------------
@@ -243,14 +242,14 @@ def test_component_error_falls_back_to_errors_then_tail():
 
 
 def test_resolve_endpoints_defaults_and_overrides():
-    ep = cp_health.resolve_endpoints(["kube-apiserver", "kube-scheduler"])
+    ep = health.resolve_endpoints(["kube-apiserver", "kube-scheduler"])
     assert ep["kube-apiserver"]["health_url"] == "https://127.0.0.1:6443/readyz"
     assert (
         ep["kube-apiserver"]["validate_certs"] is True
         and ep["kube-apiserver"]["tls_server_name"] == "kubernetes"
     )
     assert ep["kube-scheduler"]["validate_certs"] is False
-    over = cp_health.resolve_endpoints(
+    over = health.resolve_endpoints(
         ["kube-apiserver", "etcd"],
         {
             "kube-apiserver": {"health_url": "https://10.0.0.1:6443/livez"},
@@ -260,11 +259,11 @@ def test_resolve_endpoints_defaults_and_overrides():
     assert over["kube-apiserver"]["health_url"] == "https://10.0.0.1:6443/livez"
     assert over["kube-apiserver"]["metrics_url"] == "https://127.0.0.1:6443/metrics"
     assert over["etcd"]["metrics_url"] is None
-    with pytest.raises(cp_health.HealthError, match="unknown endpoint keys"):
-        cp_health.resolve_endpoints(["kube-apiserver"], {"kube-apiserver": {"url": "x"}})
-    with pytest.raises(cp_health.HealthError, match="no health_url"):
-        cp_health.resolve_endpoints(["etcd"])
-    assert cp_health.base_url("https://127.0.0.1:6443/readyz?verbose") == "https://127.0.0.1:6443"
+    with pytest.raises(health.HealthError, match="unknown endpoint keys"):
+        health.resolve_endpoints(["kube-apiserver"], {"kube-apiserver": {"url": "x"}})
+    with pytest.raises(health.HealthError, match="no health_url"):
+        health.resolve_endpoints(["etcd"])
+    assert health.base_url("https://127.0.0.1:6443/readyz?verbose") == "https://127.0.0.1:6443"
 
 
 def kubeconfig_doc(user: dict, cluster: dict | None = None) -> dict:
@@ -292,7 +291,7 @@ def test_load_kubeconfig_inline_and_files(tmp_path):
             )
         )
     )
-    creds = cp_health.load_kubeconfig(str(inline))
+    creds = health.load_kubeconfig(str(inline))
     assert (creds["server"], creds["ca_pem"], creds["cert_pem"], creds["key_pem"]) == (
         "https://127.0.0.1:6443",
         "CA",
@@ -308,19 +307,19 @@ def test_load_kubeconfig_inline_and_files(tmp_path):
             kubeconfig_doc({"tokenFile": str(tmp_path / "token")}, {"certificate-authority": "pki/ca.crt"})
         )
     )
-    creds = cp_health.load_kubeconfig(str(files))
+    creds = health.load_kubeconfig(str(files))
     assert creds["ca_pem"] == "CA2" and creds["token"] == "secret" and creds["cert_pem"] is None
 
 
 def test_load_kubeconfig_refuses_exec_plugins_and_unknown_contexts(tmp_path):
     path = tmp_path / "exec.conf"
     path.write_text(yaml.safe_dump(kubeconfig_doc({"exec": {"command": "aws"}})))
-    with pytest.raises(cp_health.HealthError, match="exec/auth-provider"):
-        cp_health.load_kubeconfig(str(path))
-    with pytest.raises(cp_health.HealthError, match="context 'nope' not found"):
-        cp_health.load_kubeconfig(str(path), "nope")
-    with pytest.raises(cp_health.HealthError, match="cannot read kubeconfig"):
-        cp_health.load_kubeconfig(str(tmp_path / "missing"))
+    with pytest.raises(health.HealthError, match="exec/auth-provider"):
+        health.load_kubeconfig(str(path))
+    with pytest.raises(health.HealthError, match="context 'nope' not found"):
+        health.load_kubeconfig(str(path), "nope")
+    with pytest.raises(health.HealthError, match="cannot read kubeconfig"):
+        health.load_kubeconfig(str(tmp_path / "missing"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -391,8 +390,8 @@ def fake_server():
 def test_probe_component_over_http(fake_server):
     url, state = fake_server({"gate": 1, "start": 4242.5})
     endpoint = {"health_url": url + "/healthz", "metrics_url": url + "/metrics"}
-    with cp_health.Credentials({"token": "t0k"}) as creds:
-        result = cp_health.probe_component("kube-scheduler", endpoint, creds)
+    with health.Credentials({"token": "t0k"}) as creds:
+        result = health.probe_component("kube-scheduler", endpoint, creds)
     assert result["health"]["ok"] and result["metrics"]["ok"]
     assert result["metrics"]["feature_gates"]["GenericWorkload"] == 1.0
     assert result["metrics"]["process_start_time"] == 4242.5
@@ -400,9 +399,9 @@ def test_probe_component_over_http(fake_server):
 
 
 def test_https_get_never_raises_on_network_trouble():
-    result = cp_health.https_get("https://127.0.0.1:1/healthz", timeout=1)
+    result = health.https_get("https://127.0.0.1:1/healthz", timeout=1)
     assert result["ok"] is False and "Connection" in result["error"]
-    assert "unsupported URL scheme" in cp_health.https_get("ftp://x/")["error"]
+    assert "unsupported URL scheme" in health.https_get("ftp://x/")["error"]
 
 
 def make_tls(tmp_path):
@@ -457,20 +456,20 @@ def make_tls(tmp_path):
 def test_https_verifies_against_the_server_name_not_the_address(fake_server, tmp_path):
     tls, ca_pem = make_tls(tmp_path)
     url, _state = fake_server({}, tls=tls)
-    with cp_health.Credentials({"ca_pem": ca_pem}) as creds:
-        ok = cp_health.https_get(url + "/readyz", creds.context(True), "kubernetes")
-        wrong = cp_health.https_get(url + "/readyz", creds.context(True))
-        unverified = cp_health.https_get(url + "/readyz", creds.context(False))
+    with health.Credentials({"ca_pem": ca_pem}) as creds:
+        ok = health.https_get(url + "/readyz", creds.context(True), "kubernetes")
+        wrong = health.https_get(url + "/readyz", creds.context(True))
+        unverified = health.https_get(url + "/readyz", creds.context(False))
     assert ok["ok"] and ok["body"] == "ok"
     assert not wrong["ok"] and "TLS verification failed" in wrong["error"] and "127.0.0.1" in wrong["error"]
     assert unverified["ok"]
-    with cp_health.Credentials({}) as creds:
-        unknown_ca = cp_health.https_get(url + "/readyz", creds.context(True), "kubernetes")
+    with health.Credentials({}) as creds:
+        unknown_ca = health.https_get(url + "/readyz", creds.context(True), "kubernetes")
     assert "TLS verification failed" in unknown_ca["error"]
 
 
 def test_credentials_files_are_private_and_removed():
-    creds = cp_health.Credentials({"ca_pem": "CA", "token": "x"})
+    creds = health.Credentials({"ca_pem": "CA", "token": "x"})
     path = Path(creds.ca_file)
     assert path.read_text() == "CA" and oct(path.stat().st_mode & 0o777) == "0o600"
     assert oct(path.parent.stat().st_mode & 0o777) == "0o700"
@@ -582,7 +581,7 @@ def filters():
 
 
 def test_rancher_dropin_rendering_for_generic_workload():
-    text = cpf.render_rancher_dropin(
+    text = render_rancher_dropin(
         {"GenericWorkload": True}, {"scheduling.k8s.io/v1beta1": "true"}, header="Written by gpusplit."
     )
     assert text == (
@@ -597,7 +596,7 @@ def test_rancher_dropin_rendering_for_generic_workload():
     )
     # what k3s ends up passing, with a config.yaml that already sets a gate of its own
     config = "kube-apiserver-arg:\n  - feature-gates=DRAPartitionableDevices=false\n"
-    flags = cpf.rancher_component_flags([config, text])
+    flags = rancher_component_flags([config, text])
     assert flags["kube-apiserver"] == {
         "feature_gates": {"DRAPartitionableDevices": False, "GenericWorkload": True},
         "runtime_config": {"scheduling.k8s.io/v1beta1": "true"},
@@ -607,7 +606,7 @@ def test_rancher_dropin_rendering_for_generic_workload():
 
 
 def test_rancher_dropin_is_deterministic_and_sorted():
-    render = cpf.render_rancher_dropin
+    render = render_rancher_dropin
     a = render({"GenericWorkload": True, "DRADeviceTaintRules": True}, {})
     b = render({"DRADeviceTaintRules": "true", "GenericWorkload": "True"}, None)
     assert a == b
@@ -664,10 +663,8 @@ def role_yaml(*parts):
 
 def test_role_default_endpoints_equal_the_module_defaults():
     defaults = role_yaml("defaults", "main.yml")
-    resolved = cp_health.resolve_endpoints(
-        defaults["gpusplit_cp_components"], defaults["gpusplit_cp_endpoints"]
-    )
-    assert resolved == cp_health.DEFAULT_ENDPOINTS
+    resolved = health.resolve_endpoints(defaults["gpusplit_cp_components"], defaults["gpusplit_cp_endpoints"])
+    assert resolved == health.DEFAULT_ENDPOINTS
     assert defaults["gpusplit_cp_components"] == [
         "kube-apiserver",
         "kube-controller-manager",

@@ -1,5 +1,5 @@
-"""Test data shared by the DRA tests (tests/unit/plugins/module_utils/_dra/ and
-tests/unit/plugins/plugin_utils/test_dra_render.py): GPU facts, plans, the planner input,
+"""Test data shared by the DRA tests (tests/unit/plugins/module_utils/_dra/, tests/unit/plugins/plugin_utils/_dra/
+and tests/unit/lab/test_dra_driver.py): GPU facts, plans, the planner input,
 and the Kubernetes 1.37 schema check of a rendered object."""
 
 from __future__ import annotations

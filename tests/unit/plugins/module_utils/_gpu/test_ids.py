@@ -28,3 +28,12 @@ def test_normalize_pci_bus_id_rejects_garbage(raw):
 
 def test_sysfs_pci_address():
     assert ids.sysfs_pci_address("00000000:9A:00.0") == "0000:9a:00.0"
+
+
+def test_pci_bus_id_is_the_extended_bdf():
+    # the spelling of resource.kubernetes.io/pciBusID that the DRA driver publishes
+    assert ids.sysfs_pci_address_or_none("00000000:1B:00.0") == "0000:1b:00.0"
+    assert ids.sysfs_pci_address_or_none("1b:00.0") == "0000:1b:00.0"
+    assert ids.sysfs_pci_address_or_none("nope") is None
+    with pytest.raises(ValueError, match="not a PCI bus id"):
+        ids.sysfs_pci_address("nope")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply as k8s_apply
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import LABEL_MANAGED_BY
 
 
@@ -28,13 +28,13 @@ def test_stopped_sending_finds_owned_map_fields_missing_from_desired():
         },
     }
     desired = {"metadata": {"labels": {"a": "1"}}, "spec": {"template": {"spec": {"containers": []}}}}
-    assert k8s_apply.stopped_sending(desired, fields) == [
+    assert apply.stopped_sending(desired, fields) == [
         "metadata.labels.b",
         "spec.template.spec.runtimeClassName",
     ]
     desired["metadata"]["labels"]["b"] = "2"
     desired["spec"]["template"]["spec"]["runtimeClassName"] = "nvidia"
-    assert k8s_apply.stopped_sending(desired, fields) == []
+    assert apply.stopped_sending(desired, fields) == []
 
 
 def test_decide_updates_an_object_that_still_carries_a_label_gpusplit_dropped():
@@ -46,19 +46,17 @@ def test_decide_updates_an_object_that_still_carries_a_label_gpusplit_dropped():
             applied("kubectl-label", ["other"], operation="Update"),
         ],
     )
-    index = {k8s_apply.object_key(live): live}
-    assert k8s_apply.decide([desired], index, "gpusplit")["update"] == [desired]
+    index = {apply.object_key(live): live}
+    assert apply.decide([desired], index, "gpusplit")["update"] == [desired]
     # without the field manager (or when another manager owns the label) nothing is sent
-    assert k8s_apply.decide([desired], index)["unchanged"] == [desired]
-    assert k8s_apply.decide([desired], index, "someone")["unchanged"] == [desired]
+    assert apply.decide([desired], index)["unchanged"] == [desired]
+    assert apply.decide([desired], index, "someone")["unchanged"] == [desired]
 
 
 def test_decide_leaves_an_object_alone_once_the_label_is_gone():
     desired = node({"gpusplit.io/split": "true"})
     live = node({"gpusplit.io/split": "true", "other": "x"}, [applied("gpusplit", ["gpusplit.io/split"])])
-    assert k8s_apply.decide([desired], {k8s_apply.object_key(live): live}, "gpusplit")["unchanged"] == [
-        desired
-    ]
+    assert apply.decide([desired], {apply.object_key(live): live}, "gpusplit")["unchanged"] == [desired]
 
 
 # --------------------------------------------------------------------------------------------
@@ -78,13 +76,13 @@ def namespace(name):
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
 
-class FakeApiserver(k8s_apply.Cluster):
+class FakeApiserver(apply.Cluster):
     """Cluster's apply_many and run against an in-memory store that, like the apiserver, refuses
     a namespaced object whose namespace does not exist (also in a dry-run)."""
 
     def __init__(self, namespaces=("kube-system",)):  # no kubeconfig, no client
         self.writes = 0
-        self.store = {k8s_apply.object_key(namespace(n)): namespace(n) for n in namespaces}
+        self.store = {apply.object_key(namespace(n)): namespace(n) for n in namespaces}
         self.sent = []
 
     def live_for(self, desired_objects):
@@ -94,13 +92,13 @@ class FakeApiserver(k8s_apply.Cluster):
         return {k: v for k, v in self.store.items() if k[:2] == (api_version, kind)}
 
     def apply(self, obj, field_manager, force=True, dry_run=False):
-        self.sent.append((k8s_apply.key_text(k8s_apply.object_key(obj)), dry_run))
+        self.sent.append((apply.key_text(apply.object_key(obj)), dry_run))
         ns = obj["metadata"].get("namespace")
-        if ns and k8s_apply.object_key(namespace(ns)) not in self.store:
+        if ns and apply.object_key(namespace(ns)) not in self.store:
             raise RuntimeError(f'namespaces "{ns}" not found')
         if not dry_run:
             self.writes += 1
-            self.store[k8s_apply.object_key(obj)] = obj
+            self.store[apply.object_key(obj)] = obj
         return obj
 
 
@@ -116,16 +114,16 @@ def test_apply_phases_put_namespaces_then_cluster_scoped_then_namespaced():
             "metadata": {"name": "c"},
         },
     ]
-    assert k8s_apply.apply_phases(objs) == [[2, 4], [1], [0, 3]]
-    assert k8s_apply.apply_phases([daemonset("gpu", "a")]) == [[0]]
-    assert k8s_apply.apply_phases([]) == []
+    assert apply.apply_phases(objs) == [[2, 4], [1], [0, 3]]
+    assert apply.apply_phases([daemonset("gpu", "a")]) == [[0]]
+    assert apply.apply_phases([]) == []
 
 
 def test_a_namespace_is_applied_before_the_daemonsets_that_live_in_it():
     # many DaemonSets first in the list and a wide pool: without phases some would race the Namespace
     objs = [daemonset("gpusplit-system", f"ds-{i}") for i in range(40)] + [namespace("gpusplit-system")]
     cluster = FakeApiserver()
-    result = k8s_apply.run(cluster, objs, parallel=16)
+    result = apply.run(cluster, objs, parallel=16)
     assert cluster.sent[0] == ("Namespace/gpusplit-system (v1)", False)
     assert len(result["created"]) == 41 and result["api_writes"] == 41
     assert result["not_dry_run"] == [] and "warnings" not in result
@@ -134,7 +132,7 @@ def test_a_namespace_is_applied_before_the_daemonsets_that_live_in_it():
 def test_check_mode_reports_objects_of_a_new_namespace_without_a_failing_dry_run():
     objs = [namespace("gpusplit-system"), daemonset("gpusplit-system", "a"), daemonset("kube-system", "b")]
     cluster = FakeApiserver()
-    result = k8s_apply.run(cluster, objs, check_mode=True)
+    result = apply.run(cluster, objs, check_mode=True)
     # the Namespace and the DaemonSet of an existing namespace are dry-run; the other is not sent
     assert sorted(cluster.sent) == [
         ("DaemonSet/kube-system/b (apps/v1)", True),
@@ -149,12 +147,12 @@ def test_check_mode_reports_objects_of_a_new_namespace_without_a_failing_dry_run
     assert result["not_dry_run"] == ["DaemonSet/gpusplit-system/a (apps/v1)"]
     assert "gpusplit-system" in result["warnings"][0] and "without a server dry-run" in result["warnings"][0]
     assert any(d["after_header"] == "DaemonSet/gpusplit-system/a (apps/v1)" for d in result["diff"])
-    assert cluster.store.keys() == {k8s_apply.object_key(namespace("kube-system"))}  # nothing stored
+    assert cluster.store.keys() == {apply.object_key(namespace("kube-system"))}  # nothing stored
 
 
 def test_check_mode_still_dry_runs_into_a_namespace_that_is_missing_and_not_in_the_batch():
     with pytest.raises(RuntimeError, match='namespaces "elsewhere" not found'):
-        k8s_apply.run(FakeApiserver(), [daemonset("elsewhere", "a")], check_mode=True)
+        apply.run(FakeApiserver(), [daemonset("elsewhere", "a")], check_mode=True)
 
 
 @pytest.mark.parametrize(
@@ -181,8 +179,8 @@ def test_check_mode_still_dry_runs_into_a_namespace_that_is_missing_and_not_in_t
 )
 def test_bad_objects_and_prune_specs_are_refused_before_any_request(objects, prune, needle):
     cluster = FakeApiserver()
-    with pytest.raises(k8s_apply.ApplyError) as caught:
-        k8s_apply.run(cluster, objects, prune=prune)
+    with pytest.raises(apply.ApplyError) as caught:
+        apply.run(cluster, objects, prune=prune)
     assert str(caught.value).startswith("nothing was applied: ")
     assert needle in str(caught.value)
     assert cluster.sent == [] and cluster.writes == 0
@@ -190,8 +188,8 @@ def test_bad_objects_and_prune_specs_are_refused_before_any_request(objects, pru
 
 def test_every_reason_is_given_at_once():
     objs = [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}, "x"]
-    with pytest.raises(k8s_apply.ApplyError) as caught:
-        k8s_apply.run(FakeApiserver(), objs, prune=[{"kind": "DaemonSet"}])
+    with pytest.raises(apply.ApplyError) as caught:
+        apply.run(FakeApiserver(), objs, prune=[{"kind": "DaemonSet"}])
     assert str(caught.value) == (
         "nothing was applied: objects[0] lacks metadata.name; objects[1] is a str, not a mapping; "
         "prune[0] needs api_version, label_selector as non-empty string(s)"
@@ -220,5 +218,5 @@ def test_the_module_reports_a_refusal_without_a_traceback(monkeypatch, capsys):
 def test_check_mode_shows_an_object_of_a_new_namespace_whatever_its_annotations():
     odd = daemonset("gpusplit-system", "a")
     odd["metadata"]["annotations"] = "not a mapping"  # the real run's apiserver refuses it, naming it
-    result = k8s_apply.run(FakeApiserver(), [namespace("gpusplit-system"), odd], check_mode=True)
+    result = apply.run(FakeApiserver(), [namespace("gpusplit-system"), odd], check_mode=True)
     assert result["not_dry_run"] == ["DaemonSet/gpusplit-system/a (apps/v1)"]

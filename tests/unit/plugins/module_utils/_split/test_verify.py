@@ -184,3 +184,24 @@ def test_whole_gpu_plan_fails_on_any_advertised_mig_resource():
     entry = verify.verify_fleet(plan(), [leaked], [plugin_pod("dp")], {})["nodes"][0]
     assert entry["verdict"] == verify.FAIL
     assert entry["expected_resources"] == {"nvidia.com/gpu": 3}
+
+
+def test_a_node_plan_without_what_verify_reads_is_refused_naming_each_field():
+    import pytest
+
+    from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+
+    bad = plan()
+    node_plan = bad["nodes"]["n1"]
+    del node_plan["node"]
+    node_plan["kubernetes_uuids"] = "GPU-1,GPU-2"
+    node_plan["excluded"] = [{"pci_bus_id": "0000:18:00.0"}]
+    with pytest.raises(GpusplitError) as err:
+        verify.verify_fleet(bad, [node(3)], [], {"n1": [{"uuid": "GPU-1"}, "GPU-2"]})
+    assert err.value.errors == [
+        "plan.nodes.n1.node: missing; expected the Kubernetes node name (a string) "
+        "(is this a node plan of the gpu_plan role?)",
+        "plan.nodes.n1.kubernetes_uuids: expected a list of GPU UUIDs, got str",
+        "plan.nodes.n1.excluded: expected a list of GPUs, each with uuid, item 0 has no uuid",
+        "facts.n1: expected a list of GPUs (nvidia_gpus), each a mapping, item 1 is str",
+    ]

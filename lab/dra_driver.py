@@ -1,11 +1,11 @@
-# Copyright: gpusplit contributors
-# Apache-2.0
-"""The DeviceClass of whole GPUs, and the devices the DRA driver publishes (for the lab harness). Private to the collection.
+"""A stand-in for what the NVIDIA DRA driver puts into the lab cluster: its DeviceClass and ResourceSlices.
 
-``device_class_context`` is the DeviceClass the chart installs as gpu.nvidia.com;
-``slice_devices`` and ``resource_slice_context`` are what the driver's kubelet plugin would
-publish for a node's GPU facts, which the lab (no GPUs, no kubelet) publishes in its place.
-gpusplit never applies these to a real cluster. Rendered by ``plugins/plugin_utils/dra_render.py``.
+LAB HARNESS ONLY: the lab has no GPUs and no kubelet, so no DRA driver runs; tests/integration/dra_harness.py
+publishes these in its place. ``device_class_context`` is the DeviceClass the chart installs as
+gpu.nvidia.com; ``slice_devices`` and ``resource_slice_context`` are what the driver's kubelet plugin
+would publish for a node's GPU facts. gpusplit never applies these to a real cluster, so none of this
+is part of the collection. Rendered from templates/deviceclass.yaml.j2 and templates/resourceslice.yaml.j2
+with the collection's renderer (``render_device_class``, ``render_resource_slice``).
 """
 
 from __future__ import annotations
@@ -14,13 +14,20 @@ import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import (
     DEVICE_CLASS,
-    DEVICE_CLASS_SELECTOR,
     DRIVER,
     DraError,
     device_name,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import normalize_pci_bus_id
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import sysfs_pci_address_or_none
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import format_version, parse_version
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import render_template
+
+DEVICE_CLASS_TEMPLATE = "deviceclass.yaml.j2"
+RESOURCE_SLICE_TEMPLATE = "resourceslice.yaml.j2"
+# the selector of the chart's DeviceClass gpu.nvidia.com (whole GPUs, not MIG devices)
+DEVICE_CLASS_SELECTOR = (
+    "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
+)
 
 
 def device_class_context(
@@ -35,22 +42,13 @@ def device_class_context(
     }
 
 
-def dra_pci_bus_id(value):
-    """NVML ``00000000:1B:00.0`` -> ``0000:1b:00.0`` (the extended BDF form of resource.kubernetes.io/pciBusID)."""
-    canonical = normalize_pci_bus_id(value)
-    if canonical is None:
-        return None
-    domain, rest = canonical.split(":", 1)
-    return f"{int(domain, 16):04x}:{rest.lower()}"
-
-
 def semver(text):
     """``570.172.08`` -> ``570.172.8``: a version attribute must be strict semver (no leading zeros)."""
     version = parse_version(text, inside=True) if text else None
     return format_version(version) if version else None
 
 
-# LAB HARNESS ONLY: GPU instance profile ids and memory-slice sizes of an A100 80GB, as
+# GPU instance profile ids and memory-slice sizes of an A100 80GB, as
 # `nvidia-smi mig -lgip` lists them (NVIDIA MIG user guide, "A100 MIG profiles"); the harness
 # needs them to name MIG devices the way the driver does. gpusplit itself never predicts MIG
 # device names: it reads them from the published ResourceSlices (parentUUID attribute).
@@ -82,7 +80,7 @@ def _published_device(name, kind, uuid, gpu, memory, driver_version, **extra):
         "type": kind,
         "uuid": uuid,
         "product_name": gpu.get("name") or "",
-        "pci_bus_id": dra_pci_bus_id(gpu.get("pci_bus_id")),
+        "pci_bus_id": sysfs_pci_address_or_none(gpu.get("pci_bus_id")),
         "memory": f"{int(memory)}Mi" if isinstance(memory, int) and not isinstance(memory, bool) else "",
         "driver_version": driver_version or "",
         **extra,
@@ -111,7 +109,7 @@ def _lab_mig_devices(gpu, driver_version):
 
 
 def slice_devices(gpus, driver_version=None):
-    """The devices the driver would publish for these GPU facts (LAB HARNESS ONLY).
+    """The devices the driver would publish for these GPU facts.
 
     Lost GPUs are not published; a MIG-enabled GPU is published as its MIG devices (type ``mig``,
     with ``parentUUID``, ``profile`` and the MIG ``uuid``), not as ``gpu-<minor>``.
@@ -134,7 +132,7 @@ def slice_devices(gpus, driver_version=None):
 
 
 def resource_slice_context(node, gpus, generation=1, driver_version=None, labels=None):
-    """LAB HARNESS ONLY: the ResourceSlice the driver would publish for ``node`` (templates/resourceslice.yaml.j2)."""
+    """The ResourceSlice the driver would publish for ``node`` (templates/resourceslice.yaml.j2)."""
     name = f"{node}-{DRIVER}"
     if len(name) > 253:
         raise DraError(f"ResourceSlice name {name!r} is longer than 253 characters")
@@ -146,3 +144,19 @@ def resource_slice_context(node, gpus, generation=1, driver_version=None, labels
         "devices": slice_devices(gpus, driver_version),
         "labels": dict(labels or {}),
     }
+
+
+def render_device_class(*args, **kwargs):
+    """The DeviceClass of whole NVIDIA GPUs, as the chart installs it.
+
+    The arguments of device_class_context (name, expression, extended_resource_name, labels).
+    """
+    return render_template(DEVICE_CLASS_TEMPLATE, **device_class_context(*args, **kwargs))
+
+
+def render_resource_slice(*args, **kwargs):
+    """The ResourceSlice the driver would publish for ``node``.
+
+    The arguments of resource_slice_context (node, gpus, generation, driver_version, labels).
+    """
+    return render_template(RESOURCE_SLICE_TEMPLATE, **resource_slice_context(*args, **kwargs))

@@ -1,4 +1,4 @@
-"""The dra-driver-nvidia-gpu chart values (plugins/module_utils/_dra/chart.py), against the chart's real values.yaml."""
+"""The dra-driver-nvidia-gpu chart values (plugins/plugin_utils/_dra/chart.py), against the chart's real values.yaml."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import re
 import pytest
 import yaml
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.chart import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DraError
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.chart import (
     chart_values,
     deep_merge,
     unknown_value_paths,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DraError
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._dra.dra_testdata import (
     DRA_REFERENCE,
     REFERENCE_DIR,

@@ -1,11 +1,11 @@
-"""Claims and tolerations (plugins/module_utils/_dra/claims.py): refusals. The rendered claims: tests/unit/plugins/plugin_utils/test_dra_render.py."""
+"""Claims and tolerations (plugins/plugin_utils/_dra/claims.py): refusals. The rendered claims: tests/unit/plugins/plugin_utils/_dra/test_dra_render.py."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.claims import claim_context
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DraError
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.claims import claim_context
 
 
 @pytest.mark.parametrize(

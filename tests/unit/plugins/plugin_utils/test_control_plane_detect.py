@@ -1,10 +1,10 @@
-"""Which control plane a host has (plugins/module_utils/_control_plane/detect.py)."""
+"""Which control plane a host has (plugins/plugin_utils/control_plane_detect.py)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.detect import (
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.control_plane_detect import (
     detect_control_plane,
 )
 

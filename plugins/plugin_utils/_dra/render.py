@@ -1,24 +1,19 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""DRA mode's Kubernetes objects, rendered from templates/ with Jinja2 (controller only).
+"""DRA mode's Kubernetes objects, rendered from templates/ with Jinja2 (controller only). Private to the collection.
 
-DeviceTaintRules (the host share, excluded and isolated GPUs), the DeviceClass of whole GPUs,
-the lab harness's ResourceSlice, and claims. What each object says is decided and checked in
-``plugins/module_utils/_dra/`` (the ``*_context`` functions); this file only renders it, so that
-nothing under module_utils needs Jinja2.
+DeviceTaintRules (the host share, excluded and isolated GPUs) and claims. What each object says is
+decided and checked in the other files of this package (the ``*_context`` functions); this file
+only renders it. The lab harness's DeviceClass and ResourceSlice are rendered by lab/dra_driver.py.
 """
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.claims import (
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.claims import (
     claim_context,
     diagnostic_claim_context,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.devices import (
-    device_class_context,
-    resource_slice_context,
-)
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.rules import (
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.rules import (
     host_share_rule_contexts,
     isolation_rule_context,
     isolation_rule_contexts,
@@ -27,15 +22,13 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.rules import (
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import render_template
 
 TAINT_RULE_TEMPLATE = "devicetaintrule.yaml.j2"
-DEVICE_CLASS_TEMPLATE = "deviceclass.yaml.j2"
-RESOURCE_SLICE_TEMPLATE = "resourceslice.yaml.j2"
 CLAIM_TEMPLATE = "resourceclaimtemplate.yaml.j2"
 
 
 def render_taint_rule(*args, **kwargs):
     """One DeviceTaintRule naming ``driver``/``pool=node``/``device``, with gpusplit's labels.
 
-    The arguments of ``_dra/rules.py`` taint_rule_context (purpose, node, device, effect, value,
+    The arguments of ``rules.py`` taint_rule_context (purpose, node, device, effect, value,
     host, uuid, pci_bus_id, reason, driver).
     """
     return render_template(TAINT_RULE_TEMPLATE, **taint_rule_context(*args, **kwargs))
@@ -45,7 +38,7 @@ def host_share_rules(plan, effect="NoSchedule", slices=None):
     """One DeviceTaintRule per reserved (host-share or excluded) device of every node in mode dra, sorted by name.
 
     ``slices``: the live ResourceSlices, so that the MIG devices of a reserved MIG-enabled GPU get
-    rules too (see ``_dra/rules.py`` host_share_rule_contexts).
+    rules too (see ``rules.py`` host_share_rule_contexts).
     """
     return [render_template(TAINT_RULE_TEMPLATE, **c) for c in host_share_rule_contexts(plan, effect, slices)]
 
@@ -67,28 +60,10 @@ def isolation_rules(located, effect="None", reason=None, slices=None):
     ]
 
 
-def render_device_class(*args, **kwargs):
-    """The DeviceClass of whole NVIDIA GPUs, as the chart installs it.
-
-    The arguments of ``_dra/devices.py`` device_class_context (name, expression,
-    extended_resource_name, labels).
-    """
-    return render_template(DEVICE_CLASS_TEMPLATE, **device_class_context(*args, **kwargs))
-
-
-def render_resource_slice(*args, **kwargs):
-    """LAB HARNESS ONLY: the ResourceSlice the driver would publish for ``node``.
-
-    The arguments of ``_dra/devices.py`` resource_slice_context (node, gpus, generation,
-    driver_version, labels).
-    """
-    return render_template(RESOURCE_SLICE_TEMPLATE, **resource_slice_context(*args, **kwargs))
-
-
 def render_claim(*args, **kwargs):
     """A ResourceClaimTemplate (default) or ResourceClaim for ``count`` GPUs of ``device_class``.
 
-    The arguments of ``_dra/claims.py`` claim_context (name, namespace, count, tolerations,
+    The arguments of ``claims.py`` claim_context (name, namespace, count, tolerations,
     device_class, kind, request_name, selectors, labels): ``tolerations`` are DeviceTolerations
     (see toleration there), ``selectors`` extra CEL expressions
     (e.g. ``device.attributes['gpu.nvidia.com'].productName == '...'``).

@@ -5,7 +5,7 @@
 ``toleration`` checks one DeviceToleration (gpusplit's taints: ``host_share_toleration``,
 ``isolation_toleration``); ``claim_context`` checks a claim; ``diagnostic_claim_context`` is a
 claim that can only get one isolated GPU. Rendered from templates/resourceclaimtemplate.yaml.j2
-by ``plugins/plugin_utils/dra_render.py``.
+by ``render.py`` in this package.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import copy
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DraError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import LABEL_MODE
-from ansible_collections.gpusplit.k8s.plugins.module_utils._settings import with_defaults
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.settings import with_defaults
 
 DEFAULT_DRIVER_SETTINGS = {
     "driver_root": "/",  # nvidiaDriverRoot: / for a host-installed driver, /run/nvidia/driver under the operator

@@ -1,4 +1,4 @@
-"""DeviceTaintRules (plugins/module_utils/_dra/rules.py): what each rule says, gpusplit's rules of a GPU, the table."""
+"""DeviceTaintRules (plugins/plugin_utils/_dra/rules.py): what each rule says, gpusplit's rules of a GPU, the table."""
 
 from __future__ import annotations
 
@@ -6,18 +6,18 @@ import copy
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.isolation import locate_gpu
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DraError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.rules import (
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.isolation import locate_gpu
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.render import (
+    host_share_rules,
+    isolation_rule,
+    render_taint_rule,
+)
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.rules import (
     host_share_rule_contexts,
     rules_of_gpu,
     rules_table,
     taint_rule_context,
-)
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.dra_render import (
-    host_share_rules,
-    isolation_rule,
-    render_taint_rule,
 )
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._dra.dra_testdata import (
     dra_fleet,

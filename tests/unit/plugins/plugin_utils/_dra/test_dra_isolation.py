@@ -1,4 +1,4 @@
-"""Isolating a faulty GPU (plugins/module_utils/_dra/isolation.py): locating it, the targets of a run,
+"""Isolating a faulty GPU (plugins/plugin_utils/_dra/isolation.py): locating it, the targets of a run,
 the planner input without it."""
 
 from __future__ import annotations
@@ -7,16 +7,16 @@ import copy
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.isolation import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DraError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.health import compute_health
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import PlanError, plan_fleet
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.isolation import (
     isolate_facts,
     isolation_findings,
     isolation_fleet_input,
     isolation_targets,
     locate_gpu,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DraError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.health import compute_health
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import PlanError, plan_fleet
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._dra.dra_testdata import (
     fixture,
     fleet_input,

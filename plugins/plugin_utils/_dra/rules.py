@@ -6,12 +6,11 @@ What each rule says (``taint_rule_context``: name, labels, annotations, device, 
 host share and the excluded GPUs of a plan (``host_share_rule_contexts``) and for an isolated GPU
 (``isolation_rule_contexts``); finding gpusplit's live rules of a GPU (``rules_of_gpu``) and a
 table of rules (``rules_table``). The objects are rendered from templates/devicetaintrule.yaml.j2
-by ``plugins/plugin_utils/dra_render.py``; everything that decides is here.
+by ``render.py`` in this package; everything that decides is here.
 """
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.isolation import norm_uuid
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import (
     ANNOTATION_PCI,
     ANNOTATION_REASON,
@@ -26,10 +25,6 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import (
     dra_node_plans,
     taint_rule_name,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.published import (
-    published_devices,
-    published_mig_devices,
-)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     ANNOTATION_HOST,
     LABEL_MANAGED_BY,
@@ -37,6 +32,11 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     LABEL_NODE,
     MANAGED_BY,
     label_value,
+)
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.isolation import norm_uuid
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.published import (
+    published_devices,
+    published_mig_devices,
 )
 
 

@@ -1,14 +1,14 @@
-"""The published ResourceSlices against the plan (plugins/module_utils/_dra/published.py)."""
+"""The published ResourceSlices against the plan (plugins/plugin_utils/_dra/published.py)."""
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.published import check_published
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.dra_render import render_resource_slice
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.published import check_published
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._dra.dra_testdata import (
     dra_fleet,
     fixture,
     mig_fleet,
 )
+from lab.dra_driver import render_resource_slice
 
 
 def published_for(plan, node="gpu-a", swap=False, generation=1):

@@ -9,10 +9,10 @@ CDI enabled in containerd (from its config and imports), no device plugin on a D
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.chart import deep_merge
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import API_GROUP_VERSION, DraError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import APP_NAME, LABEL_NAME
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import format_version, parse_version
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.chart import deep_merge
 
 try:  # Python 3.11+ (the controller); the host-side code never imports this module
     import tomllib

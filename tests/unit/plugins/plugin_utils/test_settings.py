@@ -1,11 +1,11 @@
-"""Settings over a table of defaults (plugins/module_utils/_settings.py)."""
+"""Settings over a table of defaults (plugins/plugin_utils/settings.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._settings import with_defaults
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.settings import with_defaults
 
 DEFAULTS = {"name": "x", "labels": {}, "count": 1}
 

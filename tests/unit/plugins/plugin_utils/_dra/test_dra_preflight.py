@@ -1,10 +1,11 @@
-"""The DRA preflight (plugins/module_utils/_dra/preflight.py): API, versions, CDI in containerd, device plugins."""
+"""The DRA preflight (plugins/plugin_utils/_dra/preflight.py): API, versions, CDI in containerd, device plugins."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.preflight import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import APP_NAME, LABEL_NAME
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.preflight import (
     DEVICE_PLUGIN_LABELS,
     PREFLIGHT_CHECKS,
     containerd_cdi,
@@ -12,7 +13,6 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.preflight import
     preflight,
     preflight_table,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import APP_NAME, LABEL_NAME
 
 APIS_137 = {
     "resource.k8s.io/v1": {

@@ -1,0 +1,198 @@
+"""Bad input given to a filter is refused with a message naming the host, argument, object or field
+it is about, never with Python's own error text (issue 12, item 5)."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from ansible_collections.gpusplit.k8s.plugins.filter import (
+    control_plane_gates,
+    fleet,
+    gpu_operator,
+    gpu_table,
+    split,
+    workload,
+    workload_lint,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
+
+
+def filters(module):
+    return module.FilterModule().filters()
+
+
+def refused(func, *args, **kwargs):
+    """The AnsibleFilterError's text of ``func(*args, **kwargs)``."""
+    with pytest.raises(AnsibleFilterError) as err:
+        func(*args, **kwargs)
+    return str(err.value)
+
+
+def gpu(i):
+    return {
+        "uuid": f"GPU-00000001-{i:04x}-4000-8000-{16 + i:012x}",
+        "index": i,
+        "minor_number": i,
+        "pci_bus_id": f"0000:{0x18 + 0x10 * i:02x}:00.0",
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory_total_mib": 81559,
+        "mig_mode": {"current": "disabled", "pending": None},
+        "mig_devices": [],
+        "health": {"status": "ok", "reasons": []},
+        "processes": [],
+    }
+
+
+@pytest.mark.parametrize("spec", ["train", [{"name": "train"}], 4])
+def test_gang_job_refuses_a_spec_that_is_not_a_mapping(spec):
+    assert refused(filters(workload)["gang_job"], spec) == (
+        "gpusplit gang job refused:\n"
+        f"- the gang job: expected a mapping (name, replicas, gpus_per_pod, ...), got {type(spec).__name__}"
+    )
+
+
+@pytest.mark.parametrize(
+    ("manifest", "msg"),
+    [
+        ({"kind": ["Pod"], "metadata": {"name": "p"}}, "?/p: kind: expected a string, got list"),
+        ({"kind": "Pod", "metadata": "p"}, "Pod/(unnamed): metadata: expected a mapping, got str"),
+        (
+            {"kind": "Pod", "metadata": {"name": "p", "namespace": "a"}, "spec": {"containers": "main"}},
+            "Pod/a/p: spec.containers: expected a list of containers, got str",
+        ),
+        (
+            {"kind": "Job", "metadata": {"name": "j"}, "spec": {"template": "pod"}},
+            "Job/j: spec.template: expected a mapping, got str",
+        ),
+        (
+            {
+                "kind": "Deployment",
+                "metadata": {"name": "d"},
+                "spec": {
+                    "template": {
+                        "spec": {
+                            "containers": [{"name": "c", "env": "X=1", "resources": {"limits": "1"}}, "x"],
+                            "tolerations": [{"key": "k"}, "nvidia.com/gpu"],
+                        }
+                    }
+                },
+            },
+            "Deployment/d: spec.template.spec.containers[0].env: expected a list, got str\n"
+            "Deployment/d: spec.template.spec.containers[0].resources.limits: expected a mapping, got str\n"
+            "Deployment/d: spec.template.spec.containers[1]: expected a mapping, got str\n"
+            "Deployment/d: spec.template.spec.tolerations[1]: expected a mapping, got str",
+        ),
+    ],
+)
+def test_workload_lint_refuses_fields_of_the_wrong_type_naming_object_and_field(manifest, msg):
+    assert refused(filters(workload_lint)["workload_lint"], [manifest]) == f"gpusplit workload lint: {msg}"
+
+
+def test_workload_lint_still_skips_what_is_no_workload():
+    lint = filters(workload_lint)["workload_lint"]
+    assert lint(["not a manifest", {"kind": "ConfigMap", "data": "x"}, {"kind": "Pod"}]) == []
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "msg"),
+    [
+        (
+            {"mig_configs": ["all-1g.10gb"]},
+            "mig_configs: expected a mapping of host to gpusplit_mig_config (gpusplit.k8s.mig_configs), got list",
+        ),
+        (
+            {"clusterpolicies": {"name": "cluster-policy"}},
+            "clusterpolicies: expected a list of ClusterPolicy objects (k8s_info resources), got dict",
+        ),
+        ({"daemonsets": ["ds"]}, "daemonsets[0]: expected a mapping (a Kubernetes object), got str"),
+    ],
+)
+def test_operator_config_refuses_arguments_of_the_wrong_type(kwargs, msg):
+    plan = plan_fleet({"gpu-a": {"facts": [gpu(0), gpu(1)], "mode": "gpu_operator", "split": {"count": 1}}})
+    assert refused(filters(gpu_operator)["operator_config"], plan, **kwargs) == (
+        f"gpusplit GPU Operator mode refused:\n- {msg}"
+    )
+
+
+HOSTVARS = {"gpu-a": {"ansible_facts": {"nvidia_gpus": [gpu(0)]}, "gpusplit_mig_config": "all-disabled"}}
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "title"),
+    [
+        (fleet, "fleet_input", "gpusplit.k8s.fleet_input"),
+        (fleet, "fleet_facts", "gpusplit.k8s.fleet_facts"),
+        (fleet, "inventory_nodes", "gpusplit.k8s.inventory_nodes"),
+        (gpu_operator, "mig_configs", "gpusplit GPU Operator mode"),
+    ],
+)
+def test_a_host_that_is_not_in_the_inventory_is_refused_naming_it(module, name, title):
+    func = filters(module)[name]
+    assert func(HOSTVARS, ["gpu-a"])  # a known host: as before
+    assert refused(func, HOSTVARS, ["gpu-a", "gpu-z"]) == (
+        f"{title} refused:\n- host 'gpu-z' is not in the inventory (hostvars has no such host)"
+    )
+
+
+@pytest.mark.parametrize("max_lines", ["y", None, 0, -2, 1.5, True])
+def test_cp_component_error_refuses_a_max_lines_that_is_no_count(max_lines):
+    assert refused(filters(control_plane_gates)["cp_component_error"], "E0101 boom", max_lines) == (
+        "gpusplit.k8s.cp_component_error refused:\n"
+        f"- max_lines: expected a whole number of lines (1 or more), got {max_lines!r}"
+    )
+
+
+def test_cp_component_error_reads_a_count_given_as_text():
+    assert filters(control_plane_gates)["cp_component_error"]("a\nb\nc", "2") == ["b", "c"]
+
+
+@pytest.mark.parametrize(
+    ("report", "errors"),
+    [
+        ([{"gpus": []}], ["expected a mapping of host to its GPU report, got list"]),
+        (
+            {"gpu-a": "down", "gpu-b": {"gpus": ["GPU-1", {"health": "ok", "mig_devices": {"1g.10gb": 2}}]}},
+            [
+                "gpu-a: expected the nvidia_gpu_facts result (a mapping), got str",
+                "gpu-b.gpus[0]: expected a mapping, got str",
+                "gpu-b.gpus[1].health: expected a mapping, got str",
+                "gpu-b.gpus[1].mig_devices: expected a list, got dict",
+            ],
+        ),
+    ],
+)
+def test_gpu_table_refuses_a_report_of_the_wrong_shape(report, errors):
+    assert refused(filters(gpu_table)["gpu_table"], report) == (
+        "gpusplit.k8s.gpu_table refused:\n- " + "\n- ".join(errors)
+    )
+
+
+def test_gpu_table_renders_a_good_report_as_before():
+    table = filters(gpu_table)["gpu_table"]({"gpu-b": None, "gpu-a": {"gpus": [gpu(0)]}})
+    assert table.splitlines()[2].split()[:3] == ["gpu-a", "0", "0000:18:00.0"]
+    assert table.splitlines()[3].split() == ["gpu-b", "-", "-", "-", "no", "GPU"]
+
+
+def gone_mode_plan():
+    plan = plan_fleet({"gpu-a": {"facts": [gpu(0), gpu(1)], "mode": "device_plugin", "split": {"count": 1}}})
+    plan["nodes"]["gpu-a"]["mode"] = "gone"
+    return plan
+
+
+MODE_REFUSED = "gpusplit render refused:\n- gpu-a: node plan: mode 'gone' is not one of device_plugin, gpu_operator, dra, none"
+
+
+def test_render_daemonsets_refuses_a_mode_the_table_does_not_have():
+    assert refused(filters(split)["render_daemonsets"], gone_mode_plan()) == MODE_REFUSED
+    assert refused(filters(split)["render_fleet"], gone_mode_plan()) == MODE_REFUSED
+
+
+@pytest.mark.parametrize("taint_enabled", [False, True])
+def test_node_taints_refuses_a_mode_the_table_does_not_have(taint_enabled):
+    node_plan = gone_mode_plan()["nodes"]["gpu-a"]
+    assert refused(filters(split)["node_taints"], node_plan, taint_enabled) == MODE_REFUSED
+    node_plan["mode"] = "device_plugin"
+    assert filters(split)["node_taints"](node_plan, taint_enabled) == (
+        [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}] if taint_enabled else []
+    )
