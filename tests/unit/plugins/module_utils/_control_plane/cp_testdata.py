@@ -3,7 +3,6 @@ the kubeadm fixtures, reading texts, diffing lines, running a module."""
 
 from __future__ import annotations
 
-import difflib
 import json
 from pathlib import Path
 
@@ -32,17 +31,6 @@ def read(path: Path) -> str:
 
 def configmap_cluster_configuration(directory: Path) -> str:
     return yaml.safe_load(read(directory / "kubeadm-config.configmap.yaml"))["data"]["ClusterConfiguration"]
-
-
-def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
-    """(removed lines, added lines) between two texts."""
-    removed, added = [], []
-    for line in difflib.ndiff(before.splitlines(keepends=True), after.splitlines(keepends=True)):
-        if line.startswith("- "):
-            removed.append(line[2:])
-        elif line.startswith("+ "):
-            added.append(line[2:])
-    return removed, added
 
 
 def command_line_numbers(text: str) -> set[int]:

@@ -31,11 +31,11 @@ from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._control_p
     KUBEADM,
     STALE_136,
     V1BETA4,
-    changed_lines,
     configmap_cluster_configuration,
     read,
     run_module,
 )
+from ansible_collections.gpusplit.k8s.tests.unit.textdiff import changed_lines
 
 # ---------------------------------------------------------------------------------------------
 # kubeadm ClusterConfiguration

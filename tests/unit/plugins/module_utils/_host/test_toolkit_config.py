@@ -3,7 +3,6 @@ and the module gpusplit.k8s.nvidia_toolkit_config."""
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import stat
@@ -18,6 +17,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import files
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toolkit_config as tc
 from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_toolkit_config
+from ansible_collections.gpusplit.k8s.tests.unit.textdiff import changed_lines
 
 ROOT = Path(__file__).resolve().parents[5]
 FIXTURE = ROOT / "tests" / "fixtures" / "nvidia-container-toolkit" / "config.toml"
@@ -27,16 +27,6 @@ MOUNTS = tc.AS_VOLUME_MOUNTS
 
 def generated() -> str:
     return FIXTURE.read_text(encoding="utf-8")
-
-
-def changed_lines(before: str, after: str) -> tuple[list[str], list[str]]:
-    removed, added = [], []
-    for line in difflib.ndiff(before.splitlines(keepends=True), after.splitlines(keepends=True)):
-        if line.startswith("- "):
-            removed.append(line[2:])
-        elif line.startswith("+ "):
-            added.append(line[2:])
-    return removed, added
 
 
 # --------------------------------------------------------------------------------------------
