@@ -23,7 +23,6 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpusplit.k8s.plugins.filter import control_plane_gates as cpg_filters
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import health
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.rancher import (
-    rancher_component_flags,
     render_rancher_dropin,
 )
 from ansible_collections.gpusplit.k8s.plugins.modules import control_plane_health
@@ -578,31 +577,6 @@ def test_module_needs_a_kubeconfig_for_metrics(capsys):
 
 def filters():
     return cpg_filters.FilterModule().filters()
-
-
-def test_rancher_dropin_rendering_for_generic_workload():
-    text = render_rancher_dropin(
-        {"GenericWorkload": True}, {"scheduling.k8s.io/v1beta1": "true"}, header="Written by gpusplit."
-    )
-    assert text == (
-        "# Written by gpusplit.\n"
-        "kube-apiserver-arg+:\n"
-        "  - feature-gates=GenericWorkload=true\n"
-        "  - runtime-config=scheduling.k8s.io/v1beta1=true\n"
-        "kube-scheduler-arg+:\n"
-        "  - feature-gates=GenericWorkload=true\n"
-        "kube-controller-manager-arg+:\n"
-        "  - feature-gates=GenericWorkload=true\n"
-    )
-    # what k3s ends up passing, with a config.yaml that already sets a gate of its own
-    config = "kube-apiserver-arg:\n  - feature-gates=DRAPartitionableDevices=false\n"
-    flags = rancher_component_flags([config, text])
-    assert flags["kube-apiserver"] == {
-        "feature_gates": {"DRAPartitionableDevices": False, "GenericWorkload": True},
-        "runtime_config": {"scheduling.k8s.io/v1beta1": "true"},
-    }
-    assert flags["kube-scheduler"]["feature_gates"] == {"GenericWorkload": True}
-    assert flags["kube-controller-manager"]["runtime_config"] == {}
 
 
 def test_rancher_dropin_is_deterministic_and_sorted():

@@ -34,12 +34,12 @@ from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._control_p
 # k3s / rke2
 
 
-def test_render_rancher_dropin():
+def test_rancher_dropin_rendering_for_generic_workload():
     text = render_rancher_dropin(
-        {"GenericWorkload": True}, {"scheduling.k8s.io/v1beta1": "true"}, header="Managed by gpusplit"
+        {"GenericWorkload": True}, {"scheduling.k8s.io/v1beta1": "true"}, header="Written by gpusplit."
     )
     assert text == (
-        "# Managed by gpusplit\n"
+        "# Written by gpusplit.\n"
         "kube-apiserver-arg+:\n"
         "  - feature-gates=GenericWorkload=true\n"
         "  - runtime-config=scheduling.k8s.io/v1beta1=true\n"
@@ -48,9 +48,15 @@ def test_render_rancher_dropin():
         "kube-controller-manager-arg+:\n"
         "  - feature-gates=GenericWorkload=true\n"
     )
-    plain = render_rancher_dropin({"B": False, "A": True}, append=False, components=("kube-scheduler",))
-    assert plain == "kube-scheduler-arg:\n  - feature-gates=A=true,B=false\n"
-    assert render_rancher_dropin({}, {}) == ""
+    # what k3s ends up passing, with a config.yaml that already sets a gate of its own
+    config = "kube-apiserver-arg:\n  - feature-gates=DRAPartitionableDevices=false\n"
+    flags = rancher_component_flags([config, text])
+    assert flags["kube-apiserver"] == {
+        "feature_gates": {"DRAPartitionableDevices": False, "GenericWorkload": True},
+        "runtime_config": {"scheduling.k8s.io/v1beta1": "true"},
+    }
+    assert flags["kube-scheduler"]["feature_gates"] == {"GenericWorkload": True}
+    assert flags["kube-controller-manager"]["runtime_config"] == {}
 
 
 def test_rancher_merge_semantics():
