@@ -28,7 +28,9 @@ KUBECONFIG = LAB / "kubeconfig"
 KWOK_STAGES_TEMPLATE = ROOT / "lab" / "kwok-stages.yaml.tmpl"
 KWOK_STAGES = LAB / "kwok-stages.yaml"
 
-HOST = "127.0.0.1"
+# The loopback address the lab binds to. GPUSPLIT_LAB_HOST (another 127.x address) lets a second
+# checkout run its own lab beside this one on the same ports; the default is what docs and tests use.
+HOST = os.environ.get("GPUSPLIT_LAB_HOST", "127.0.0.1")
 PORTS = {
     "etcd": 2379,
     "etcd-peer": 2380,
