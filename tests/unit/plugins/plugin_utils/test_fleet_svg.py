@@ -216,3 +216,78 @@ def test_real_planner_and_verifier_output():
         7,
         2,
     )
+
+
+def big_fleet(count, wrong_every=50):
+    """``count`` nodes planned by the real planner, in three modes, and a fleet report of the
+    shape verify writes: every ``wrong_every``-th node FAIL, the one after it DRIFT, the rest OK."""
+    modes = ("device_plugin", "gpu_operator", "none")
+    hosts = {
+        f"gpu-{n:05d}": {"facts": facts(n + 10, 8), "mode": modes[n % 3], "split": {"host_count": 2}}
+        for n in range(count)
+    }
+    plan = plan_fleet(hosts)
+    entries = []
+    for n, (host, p) in enumerate(plan["nodes"].items()):
+        verdict = "FAIL" if n % wrong_every == 0 else "DRIFT" if n % wrong_every == 1 else "OK"
+        entries.append(
+            {
+                "name": p["node"],
+                "host": host,
+                "mode": p["mode"],
+                "expected_allocatable": p["kubernetes_count"],
+                "allocatable": p["kubernetes_count"] + (verdict == "FAIL"),
+                "verdict": verdict,
+                "reasons": [] if verdict == "OK" else [f"{verdict.lower()} on purpose"],
+            }
+        )
+    return {"nodes": entries}, plan
+
+
+def test_a_big_fleet_is_drawn_compact_problems_first():
+    report, plan = big_fleet(1000)
+    svg = fleet_svg.render_fleet_svg(report, plan)
+    root = parse(svg)
+    verdicts = [e["verdict"] for e in report["nodes"]]
+    not_ok = [e for e in report["nodes"] if e["verdict"] != "OK"]
+    assert 0 < len(not_ok) < 1000
+    # a row (with its GPU cells) only for the nodes that are not OK, the worst verdicts first
+    rows = groups(root, "node")
+    assert sorted(g.get("data-node") for g in rows) == sorted(e["name"] for e in not_ok)
+    order = [next(e["verdict"] for e in not_ok if e["name"] == g.get("data-node")) for g in rows]
+    assert order == sorted(order, key=lambda v: {"FAIL": 0, "DRIFT": 1}.get(v, 2))
+    assert len(groups(root, "gpu")) == 8 * len(not_ok)
+    # every OK node is one square in its mode's group: the counts add up, no per-node markup
+    ok_groups = groups(root, "ok-group")
+    assert sum(int(g.get("data-nodes")) for g in ok_groups) == verdicts.count("OK")
+    for g in ok_groups:
+        path = g.find(f"{NS}path")
+        assert path.get("d").count("M") == int(g.get("data-nodes"))
+    summary = " ".join(t.text for t in groups(root, "summary")[0].iter(f"{NS}text"))
+    counts = {m: {v: 0 for v in ("FAIL", "DRIFT", "OK")} for m in ("device_plugin", "gpu_operator", "none")}
+    for e in report["nodes"]:
+        counts[e["mode"]][e["verdict"]] += 1
+    for mode, c in counts.items():
+        line = f"mode {mode}: {sum(c.values())} node(s): {c['FAIL']} FAIL, {c['DRIFT']} DRIFT, {c['OK']} OK"
+        assert line in summary
+    # small: well under the detailed picture's size per node
+    detailed = fleet_svg.render_fleet_svg(report, plan, detail_limit=10_000)
+    assert len(svg) * 4 < len(detailed)
+
+
+def test_problem_rows_are_capped_and_the_rest_counted():
+    report, plan = big_fleet(120, wrong_every=2)
+    root = parse(fleet_svg.render_fleet_svg(report, plan, problem_rows=5))
+    assert len(groups(root, "node")) == 5
+    more = [t for t in root.iter(f"{NS}text") if t.get("class") == "more"]
+    not_ok = sum(1 for e in report["nodes"] if e["verdict"] != "OK")
+    assert [t.text for t in more] == [f"+{not_ok - 5} more node(s) not OK, not drawn: see the fleet report"]
+
+
+def test_plan_without_report_big_fleet_lists_nodes_as_not_verified():
+    _, plan = big_fleet(60)
+    root = parse(fleet_svg.render_fleet_svg({}, plan, problem_rows=10))
+    assert len(groups(root, "node")) == 10
+    assert groups(root, "ok-group") == []
+    summary = " ".join(t.text for t in groups(root, "summary")[0].iter(f"{NS}text"))
+    assert "not verified" in summary
