@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Build the lab's pinned control-plane binaries from the published Go modules.
-# Output: .lab/bin/{etcd,kube-apiserver,kube-scheduler,kube-controller-manager,kubeadm,kwok}
+# Output: .lab/bin/{etcd,kube-apiserver,kube-scheduler,kube-controller-manager,kubeadm,kwok} and
+# the NVIDIA Container Toolkit's Go programs (TOOLKIT_COMMANDS below, for the hardening matrix,
+# tests/integration/test_toolkit_matrix.py).
 # A binary is rebuilt only when its version stamp (.lab/bin/.<name>.version) differs from
 # lab/versions.env; a cached one is left alone and reported as "cached".
 # `all` also puts the Kubernetes sources that the feature-gate catalog is checked against
@@ -10,6 +12,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=/dev/null
 . "$root/lab/versions.env"
 : "${KUBE_VERSION:?}" "${ETCD_VERSION:?}" "${KWOK_VERSION:?}" "${GO_TOOLCHAIN:?}" "${FEATURE_GATE_SOURCES:?}"
+: "${NVIDIA_CONTAINER_TOOLKIT_VERSION:?}"
 bin="$root/.lab/bin"
 work="$root/.lab/build"
 mkdir -p "$bin" "$work"
@@ -139,6 +142,42 @@ build_simple() { # name module-version pkg go-module-path
   mark "$name" "$ver"
 }
 
+# The NVIDIA Container Toolkit's programs (module github.com/NVIDIA/nvidia-container-toolkit,
+# directory cmd/<name>), for the hardening matrix. They need cgo (go-nvml opens libnvidia-ml with
+# dlopen), so a C compiler; linked as the toolkit's own Makefile links them (NVML's symbols left
+# for run time, so no driver is needed to build or to start them) with the version stamped in
+# (internal/info.version, what `--version` prints). Only nvidia-container-cli (C,
+# libnvidia-container) touches the driver; the matrix puts a stand-in in its place.
+TOOLKIT_MODULE=github.com/NVIDIA/nvidia-container-toolkit
+# the hook, the runtime and nvidia-ctk for the matrix; the installer (the GPU Operator's toolkit
+# container program) with the rest of what it installs: nvidia-cdi-hook and the runtime's .cdi and
+# .legacy variants
+TOOLKIT_COMMANDS=(nvidia-container-runtime-hook nvidia-container-runtime nvidia-ctk nvidia-ctk-installer
+  nvidia-cdi-hook nvidia-container-runtime.cdi nvidia-container-runtime.legacy)
+build_toolkit() {
+  local ver=$NVIDIA_CONTAINER_TOOLKIT_VERSION need=() c
+  for c in "${TOOLKIT_COMMANDS[@]}"; do stamp_ok "$c" "$ver" || need+=("$c"); done
+  [ ${#need[@]} -eq 0 ] && { log "nvidia-container-toolkit v$ver binaries cached (${TOOLKIT_COMMANDS[*]})"; return; }
+  command -v "${CC:-cc}" >/dev/null ||
+    die "the NVIDIA Container Toolkit needs cgo and there is no C compiler (${CC:-cc}): install one (Debian: apt-get install gcc libc6-dev); .ci/run does this"
+  local d="$work/nvidia-container-toolkit" modfile godir
+  mkdir -p "$d"
+  modfile=$(gomod_of "$TOOLKIT_MODULE" "$ver")
+  [ -n "$modfile" ] || die "could not download $TOOLKIT_MODULE v$ver"
+  godir=$(go_directive "$modfile")
+  [ -n "$godir" ] || die "$TOOLKIT_MODULE v$ver: no go directive in its go.mod"
+  printf 'module gpusplit.lab/nvidia-container-toolkit\n\ngo %s\n\nrequire %s v%s\n' "$godir" "$TOOLKIT_MODULE" "$ver" >"$d/go.mod"
+  use_go_for "$godir"
+  (cd "$d" && for c in "${need[@]}"; do
+     log "building $c v$ver"
+     # (CGO_CFLAGS: go's default, less the warnings about NVML functions the toolkit never calls)
+     CGO_ENABLED=1 CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" go build -v -trimpath -o "$bin/$c" \
+       -ldflags "-s -w '-extldflags=-Wl,--export-dynamic -Wl,--unresolved-symbols=ignore-in-object-files -Wl,-z,lazy' -X $TOOLKIT_MODULE/internal/info.version=$ver" \
+       "$TOOLKIT_MODULE/cmd/$c" 2>&1 | progress "$c"
+     mark "$c" "$ver"
+   done)
+}
+
 gate_sources() {
   # tests/unit/plugins/module_utils/_control_plane/test_gates.py reads pkg/features/kube_features.go
   # of these releases (and of KUBE_VERSION, which build_kube downloads) from the Go module cache
@@ -151,18 +190,20 @@ gate_sources() {
 
 cmd=${1:-all}
 case "$cmd" in
-  kube | etcd | kwok | gate-sources | all | go) ensure_go ;;
-  *) echo "usage: $0 [all|kube|etcd|kwok|gate-sources|go]" >&2; exit 2 ;;
+  kube | etcd | kwok | toolkit | gate-sources | all | go) ensure_go ;;
+  *) echo "usage: $0 [all|kube|etcd|kwok|toolkit|gate-sources|go]" >&2; exit 2 ;;
 esac
 case "$cmd" in
   go) log "go: $(go version) (GO_TOOLCHAIN=$GO_TOOLCHAIN when a module needs a newer one)" ;;
   kube) build_kube ;;
   etcd) build_simple etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
   kwok) build_simple kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok ;;
+  toolkit) build_toolkit ;;
   gate-sources) gate_sources ;;
   all)
     build_simple etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
     build_simple kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok
     build_kube
+    build_toolkit
     gate_sources ;;
 esac
