@@ -2,7 +2,12 @@
 
 The guard installed here is scoped to this test's namespaces (gpusplit_guard_match_labels) and
 has its own name, so that other tests sharing the lab are never affected; what it proves is the
-same policy and binding a fleet gets (only the namespace selector is narrower).
+same policies and bindings a fleet gets (only the namespace selector is narrower).
+
+Besides the NVIDIA_VISIBLE_DEVICES policy: the DRA claim policy (claims and claim templates that
+tolerate gpusplit's device taints), the privileged-pod policy (gpusplit_guard_privileged=enforce)
+and the privileged-pod report. The DRA devices are what the lab's DRA harness publishes
+(tests/integration/dra_harness.py); the claims are allocated by the real kube-scheduler.
 """
 
 from __future__ import annotations
@@ -18,9 +23,19 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_node
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.claims import host_share_toleration
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.render import (
+    diagnostic_claim,
+    render_claim,
+    render_taint_rule,
+)
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import render_split_daemonset
 from lab.lab import TRANSIENT_ERRORS as TRANSIENT
 
 ROOT = Path(__file__).resolve().parents[2]
+PSA = "pod-security.kubernetes.io/enforce"
+CLAIMS, PRIVILEGED = "-dra-claims", "-privileged"
 
 
 def kc(kubectl, *args, check=True, stdin=None, timeout=90):
@@ -90,21 +105,44 @@ def guard(lab, kubectl, tmp_path_factory):
     run = uuid.uuid4().hex[:6]
     name = f"guard-{run}"
     deny, allow, outside = f"guard-{run}-deny", f"guard-{run}-allow", f"guard-{run}-outside"
+    ok, late = f"guard-{run}-ok", f"guard-{run}-late"
+    priv, base = f"guard-{run}-psa-privileged", f"guard-{run}-psa-baseline"
+    scope = {"gpusplit.io/guard-test": run}
     labels = {
-        deny: {"gpusplit.io/guard-test": run},
-        allow: {"gpusplit.io/guard-test": run, "gpusplit.io/allow-visible-devices": "true"},
+        deny: scope,
+        allow: {**scope, "gpusplit.io/allow-visible-devices": "true"},
         outside: {},
+        ok: scope,  # allowed by name (gpusplit_guard_allowed_namespaces)
+        late: {},  # brought under the guard later
+        priv: {**scope, PSA: "privileged"},
+        base: {**scope, PSA: "baseline"},
     }
     for ns, ns_labels in labels.items():
         kubectl.namespace(ns, ns_labels)
     extra = {
         "gpusplit_guard_name": name,
-        "gpusplit_guard_match_labels": {"gpusplit.io/guard-test": run},
+        "gpusplit_guard_match_labels": scope,
+        "gpusplit_guard_allowed_namespaces": ["kube-system", "gpu-operator", ok],
+        "gpusplit_guard_privileged": "enforce",
+        # the lab's apiserver has no AdmissionConfiguration: Pod Security enforces privileged by default
+        "gpusplit_guard_pod_security_default": "privileged",
     }
-    yield {"run": run, "name": name, "deny": deny, "allow": allow, "outside": outside, "extra": extra}
+    yield {
+        "run": run,
+        "name": name,
+        "deny": deny,
+        "allow": allow,
+        "outside": outside,
+        "ok": ok,
+        "late": late,
+        "priv": priv,
+        "base": base,
+        "extra": extra,
+    }
     playbook({**extra, "gpusplit_guard_state": "absent"})
     for kind in ("validatingadmissionpolicybinding", "validatingadmissionpolicy"):
-        kc(kubectl, "delete", kind, name, "--ignore-not-found", check=False)
+        for policy in (name, name + CLAIMS, name + PRIVILEGED):
+            kc(kubectl, "delete", kind, policy, "--ignore-not-found", check=False)
     for ns in labels:
         kc(kubectl, "delete", "namespace", ns, "--wait=false", check=False)
 
@@ -240,11 +278,357 @@ def test_guard_rejects_visible_devices_and_admits_the_rest(guard, kubectl, tmp_p
     assert not policy["status"].get("typeChecking", {}).get("expressionWarnings")
 
 
+# --------------------------------------------------------------------------------------------
+# DRA claims, privileged pods, the report
+
+
+def claim(name, ns, tolerations, *, kind="ResourceClaim", shape="exactly"):
+    """A claim (or template) whose one request tolerates ``tolerations``, as an exact request or
+    as the second subrequest of firstAvailable."""
+    if shape == "exactly":
+        request = {
+            "name": "gpu",
+            "exactly": {"deviceClassName": "gpu.nvidia.com", "tolerations": tolerations},
+        }
+    else:
+        request = {
+            "name": "gpu",
+            "firstAvailable": [
+                {"name": "big", "deviceClassName": "gpu.nvidia.com"},
+                {"name": "any", "deviceClassName": "gpu.nvidia.com", "tolerations": tolerations},
+            ],
+        }
+    spec = {"devices": {"requests": [request]}}
+    return json.dumps(
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": kind,
+            "metadata": {"name": name, "namespace": ns},
+            "spec": spec if kind == "ResourceClaim" else {"spec": spec},
+        }
+    )
+
+
+def who_text(guard):
+    allowed = ", ".join(sorted(["kube-system", "gpu-operator", guard["ok"], "dra-driver-nvidia-gpu"]))
+    return (
+        f"only the namespaces {allowed} and namespaces labelled "
+        "gpusplit.io/allow-visible-devices=true (an administrator adds one through "
+        "gpusplit_guard_allowed_namespaces of the admission_guard role) may tolerate them"
+    )
+
+
+def denied(proc, policy):
+    assert proc.returncode != 0, proc.stdout
+    assert f"ValidatingAdmissionPolicy '{policy}' with binding '{policy}' denied request: " in proc.stderr, (
+        proc.stderr
+    )
+    return proc.stderr
+
+
+@pytest.fixture(scope="module")
+def split_node(guard, lab, kubectl):
+    """A kwok node gpusplit split (gpusplit.io/split=true, the GPU taint) in mode dra: the harness
+    publishes its devices, and every device carries gpusplit's host-share DeviceTaintRule."""
+    import dra_harness as harness
+
+    node = f"gsguard-{guard['run']}"
+    created_class = harness.ensure_device_class()
+    rules = []
+    try:
+        devices = [d["name"] for d in harness.publish(node, "workstation")["spec"]["devices"]]
+        kc(kubectl, "label", "node", node, "gpusplit.io/split=true", "gpusplit.io/mode=dra", "--overwrite")
+        kc(kubectl, "taint", "node", node, "nvidia.com/gpu=present:NoSchedule", "--overwrite")
+        rules = [render_taint_rule("host", node, device, host=node) for device in devices]
+        for rule in rules:
+            harness.apply(rule)
+        yield {
+            "name": node,
+            "devices": devices,
+            "rules": {r["spec"]["deviceSelector"]["device"]: r for r in rules},
+        }
+    finally:
+        for rule in rules:
+            harness.delete("resource.k8s.io/v1", "DeviceTaintRule", rule["metadata"]["name"])
+        harness.unpublish(node)
+        harness.delete("v1", "Node", node)
+        if created_class:
+            harness.delete("resource.k8s.io/v1", "DeviceClass", "gpu.nvidia.com")
+
+
+def gpu_debug(name, ns, *, privileged=True, tolerate=True):
+    """A Deployment whose pods could reach a split node (they tolerate the GPU taint)."""
+    spec = {
+        "containers": [
+            {"name": "main", "image": "x", "securityContext": {"privileged": privileged}},
+        ],
+    }
+    if tolerate:
+        spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists"}]
+    return json.dumps(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "replicas": 0,
+                "selector": {"matchLabels": {"app": name}},
+                "template": {"metadata": {"labels": {"app": name}}, "spec": spec},
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def installed(guard, kubectl, split_node):
+    """The guard installed (claims and privileged enforced), with workloads in place for its report."""
+    for ns in (guard["priv"], guard["base"]):
+        assert create(kubectl, gpu_debug("gpu-debug", ns)).returncode == 0
+    assert create(kubectl, gpu_debug("cpu-only", guard["priv"], tolerate=False)).returncode == 0
+    proc = playbook(guard["extra"])
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    kubectl.wait_for(
+        lambda: (
+            create(
+                kubectl, claim("probe", guard["deny"], [{"operator": "Exists"}]), "--dry-run=server"
+            ).returncode
+            != 0
+        ),
+        timeout=90,
+        interval=1,
+        what="the claim policy to reject a dry run",
+    )
+    return proc
+
+
+def test_claims_tolerating_gpusplit_taints_are_rejected_outside_the_allowed_namespaces(
+    guard, kubectl, installed
+):
+    """Threat model, enforced: a tenant claim tolerating the host-share, excluded or unhealthy taint,
+    or every taint, in any request shape."""
+    deny, ok, policy = guard["deny"], guard["ok"], guard["name"] + CLAIMS
+    host = [{"key": "gpusplit.io/host-share", "operator": "Exists", "effect": "NoSchedule"}]
+
+    err = denied(create(kubectl, claim("by-key", deny, host)), policy)
+    assert f"ResourceClaim {deny}/by-key: request gpu tolerates gpusplit.io/host-share: " in err
+    assert who_text(guard) in err
+
+    err = denied(create(kubectl, claim("keyless", deny, [{"operator": "Exists"}])), policy)
+    assert (
+        f"ResourceClaim {deny}/keyless: request gpu tolerates every taint (a toleration without a key" in err
+    )
+
+    unhealthy = [
+        {"key": "gpusplit.io/unhealthy", "operator": "Equal", "value": "xid-79", "effect": "NoExecute"}
+    ]
+    err = denied(create(kubectl, claim("isolated", deny, unhealthy, shape="firstAvailable")), policy)
+    assert f"ResourceClaim {deny}/isolated: request gpu/any tolerates gpusplit.io/unhealthy" in err
+    excluded = [{"key": "gpusplit.io/excluded", "operator": "Exists"}]
+    err = denied(create(kubectl, claim("excluded", deny, excluded)), policy)
+    assert "request gpu tolerates gpusplit.io/excluded" in err
+
+    # gpusplit's diagnostic claim (isolated GPU) is a tenant's no more
+    located = {"uuid": "GPU-e12288a1-0b40-4175-cdf5-d0d3d7226fff", "mig_enabled": False}
+    diag = diagnostic_claim("burn-in", deny, located)
+    err = denied(create(kubectl, json.dumps(diag)), policy)
+    assert "tolerates gpusplit.io/unhealthy, gpusplit.io/excluded" in err
+
+    # admitted: another key, no toleration, and all of the above in an allowed namespace
+    assert (
+        create(
+            kubectl, claim("other", deny, [{"key": "example.com/maintenance", "operator": "Exists"}])
+        ).returncode
+        == 0
+    )
+    assert create(kubectl, claim("plain", deny, [])).returncode == 0
+    for name, tol, shape in (("by-key", host, "exactly"), ("keyless", [{"operator": "Exists"}], "exactly")):
+        assert create(kubectl, claim(name, ok, tol, shape=shape), "--dry-run=server").returncode == 0
+    assert (
+        create(
+            kubectl, claim("isolated", ok, unhealthy, shape="firstAvailable"), "--dry-run=server"
+        ).returncode
+        == 0
+    )
+    diag["metadata"]["namespace"] = ok
+    assert create(kubectl, json.dumps(diag), "--dry-run=server").returncode == 0
+    # the label opt-out is honoured too
+    assert create(kubectl, claim("by-key", guard["allow"], host), "--dry-run=server").returncode == 0
+
+
+def test_a_claim_template_for_a_deployment(guard, kubectl, installed):
+    """What happens to a Deployment whose pods use a ResourceClaimTemplate tolerating the host share:
+    the template is rejected; one made before the guard covered its namespace yields pods whose
+    claims the guard rejects when the resource claim controller creates them."""
+    deny, late, policy = guard["deny"], guard["late"], guard["name"] + CLAIMS
+    host = [{"key": "gpusplit.io/host-share", "operator": "Exists"}]
+    err = denied(create(kubectl, claim("host-gpu", deny, host, kind="ResourceClaimTemplate")), policy)
+    assert f"ResourceClaimTemplate {deny}/host-gpu: request gpu tolerates gpusplit.io/host-share" in err
+
+    # a template from before: made while the namespace was outside the guard, then the namespace is guarded
+    assert create(kubectl, claim("host-gpu", late, host, kind="ResourceClaimTemplate")).returncode == 0
+    kc(kubectl, "label", "namespace", late, f"gpusplit.io/guard-test={guard['run']}")
+    kubectl.wait_for(
+        lambda: create(kubectl, claim("probe", late, host), "--dry-run=server").returncode != 0,
+        timeout=60,
+        interval=1,
+        what="the guard to cover the namespace",
+    )
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "trainer", "namespace": late},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": {"app": "trainer"}},
+            "template": {
+                "metadata": {"labels": {"app": "trainer"}},
+                "spec": {
+                    "resourceClaims": [{"name": "gpu", "resourceClaimTemplateName": "host-gpu"}],
+                    "containers": [
+                        {"name": "main", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}
+                    ],
+                    "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+                },
+            },
+        },
+    }
+    assert create(kubectl, json.dumps(deployment)).returncode == 0  # the Deployment itself is admitted
+
+    def claim_failure():
+        events = json.loads(kc(kubectl, "-n", late, "get", "events", "-o", "json").stdout)["items"]
+        return [e for e in events if f"ValidatingAdmissionPolicy '{policy}'" in (e.get("message") or "")]
+
+    events = kubectl.wait_for(
+        claim_failure, timeout=90, interval=2, what="the claim controller's failure event"
+    )
+    assert "request gpu tolerates gpusplit.io/host-share" in events[0]["message"], events[0]
+    assert events[0]["involvedObject"]["kind"] == "Pod"
+    claims = json.loads(kc(kubectl, "-n", late, "get", "resourceclaims", "-o", "json").stdout)["items"]
+    assert claims == []
+    pods = json.loads(kc(kubectl, "-n", late, "get", "pods", "-o", "json").stdout)["items"]
+    assert pods and all(not p["spec"].get("nodeName") for p in pods)  # never placed
+
+
+def test_an_allowed_namespace_claim_is_placed_on_a_host_share_device(guard, kubectl, installed, split_node):
+    """The split's own use keeps working: in an allowed namespace the same claim is admitted and
+    the real scheduler allocates a host-share device (every device of the node carries the taint)."""
+    import dra_harness as harness
+
+    ok, node = guard["ok"], split_node["name"]
+    body = render_claim("host-gpu", ok, tolerations=[host_share_toleration()], kind="ResourceClaim")
+    assert create(kubectl, json.dumps(body)).returncode == 0
+    consumer = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "diagnostics", "namespace": ok},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+            "terminationGracePeriodSeconds": 0,
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": "host-gpu"}],
+            "containers": [{"name": "main", "image": "x", "resources": {"claims": [{"name": "gpu"}]}}],
+        },
+    }
+    assert create(kubectl, json.dumps(consumer)).returncode == 0
+
+    def allocated():
+        got = harness.get("resource.k8s.io/v1", "ResourceClaim", "host-gpu", ok) or {}
+        return (((got.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
+
+    [result] = kubectl.wait_for(allocated, timeout=90, interval=1, what="the claim to be allocated")
+    assert result["pool"] == node and result["device"] in split_node["devices"]
+    rule = split_node["rules"][result["device"]]
+    assert rule["spec"]["taint"]["key"] == "gpusplit.io/host-share"
+    assert harness.get("resource.k8s.io/v1", "DeviceTaintRule", rule["metadata"]["name"]) is not None
+
+
+def test_the_privileged_report_and_policy(guard, kubectl, installed, split_node):
+    """The report lists the namespace labelled privileged and its workload that can reach the split
+    node, not the one labelled baseline. Enforced: a privileged or CAP_SYS_ADMIN pod that tolerates
+    the GPU taint or selects split nodes by label, outside the allowed namespaces."""
+    # the report as the play shows it (a YAML list of lines, folded by the callback: unfold it)
+    shown = installed.stdout.split("Show the report", 1)[1].split("PLAY RECAP", 1)[0]
+    out = " ".join(shown.split()).replace("''", "'")
+    priv, base, node = guard["priv"], guard["base"], split_node["name"]
+    assert f"'namespace {priv}: privileged (label {PSA}=privileged; guarded)'" in out, out
+    section = out.split(f"'namespace {priv}:", 1)[1].split("'namespace ", 1)[0]
+    assert f"Deployment/gpu-debug can land on {node}; privileged now: container main'" in section
+    assert "cpu-only" not in section  # it does not tolerate the GPU taint
+    assert base not in out
+    assert f"'namespace {guard['ok']}: privileged (the apiserver's default; allowed by the guard)'" in out
+
+    deny, ok, policy = guard["deny"], guard["ok"], guard["name"] + PRIVILEGED
+
+    def priv_pod(name, ns, security, **spec):
+        body = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"containers": [{"name": "main", "image": "x", "securityContext": security}], **spec},
+        }
+        return json.dumps(body)
+
+    tolerates = {"tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}]}
+    err = denied(create(kubectl, priv_pod("p1", deny, {"privileged": True}, **tolerates)), policy)
+    assert f"container main of pod {deny}/p1 (privileged or CAP_SYS_ADMIN) tolerates nvidia.com/gpu" in err
+    sys_admin = {"capabilities": {"add": ["SYS_ADMIN"]}}
+    err = denied(
+        create(kubectl, priv_pod("p2", deny, sys_admin, nodeSelector={"gpusplit.io/split": "true"})), policy
+    )
+    assert f"pod {deny}/p2 (privileged or CAP_SYS_ADMIN) selects gpusplit.io/split" in err
+    err = denied(
+        create(kubectl, priv_pod("p3", deny, {"privileged": True}, tolerations=[{"operator": "Exists"}])),
+        policy,
+    )
+    assert "tolerates every taint" in err
+    # admitted: in an allowed namespace; not privileged; privileged but aimed nowhere near split nodes
+    assert (
+        create(kubectl, priv_pod("p1", ok, {"privileged": True}, **tolerates), "--dry-run=server").returncode
+        == 0
+    )
+    assert (
+        create(
+            kubectl, priv_pod("p4", deny, {"privileged": False}, **tolerates), "--dry-run=server"
+        ).returncode
+        == 0
+    )
+    assert create(kubectl, priv_pod("p5", deny, {"privileged": True}), "--dry-run=server").returncode == 0
+    # the split device plugin (hardening volume-mounts: CAP_SYS_ADMIN, tolerates the GPU taint):
+    # admitted where it lives (an allowed namespace), rejected in a tenant's
+    facts = json.loads((ROOT / "tests" / "fixtures" / "gpus" / "dgx-h100.json").read_text())["gpus"]
+    plugin = render_split_daemonset(
+        plan_node("gsguard-dp", facts, "device_plugin", {"count": 6}), {"hardening": "volume-mounts"}
+    )
+    template = plugin["spec"]["template"]
+
+    def plugin_pod(ns, spec):
+        meta = {**template["metadata"], "name": "plugin", "namespace": ns}
+        return json.dumps({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec})
+
+    assert create(kubectl, plugin_pod(ok, template["spec"]), "--dry-run=server").returncode == 0
+    # in a tenant namespace its NVIDIA_VISIBLE_DEVICES is rejected first (the env policy) ...
+    err = denied(create(kubectl, plugin_pod(deny, template["spec"]), "--dry-run=server"), guard["name"])
+    assert "container nvidia-device-plugin-ctr of pod" in err and "set NVIDIA_VISIBLE_DEVICES" in err
+    # ... and without it, the privileged policy rejects its CAP_SYS_ADMIN
+    spec = json.loads(json.dumps(template["spec"]))
+    for c in spec["containers"]:
+        c["env"] = [e for e in c.get("env") or [] if e["name"] != "NVIDIA_VISIBLE_DEVICES"]
+    err = denied(create(kubectl, plugin_pod(deny, spec), "--dry-run=server"), policy)
+    assert (
+        f"container nvidia-device-plugin-ctr of pod {deny}/plugin (privileged or CAP_SYS_ADMIN) tolerates"
+        in err
+    )
+    # the baseline namespace: Pod Security itself rejects the privileged pod first
+    proc = create(kubectl, priv_pod("p6", base, {"privileged": True}))
+    assert proc.returncode != 0 and "violates PodSecurity" in proc.stderr, proc.stderr
+
+
 def test_absent_removes_the_guard(guard, kubectl):
     proc = playbook({**guard["extra"], "gpusplit_guard_state": "absent"})
     assert proc.returncode == 0, proc.stdout[-3000:]
     for kind in ("validatingadmissionpolicy", "validatingadmissionpolicybinding"):
-        assert kc(kubectl, "get", kind, guard["name"], check=False).returncode != 0
+        for policy in (guard["name"], guard["name"] + CLAIMS, guard["name"] + PRIVILEGED):
+            assert kc(kubectl, "get", kind, policy, check=False).returncode != 0
     bad = pod("after", guard["deny"], env={"NVIDIA_VISIBLE_DEVICES": "all"})
     kubectl.wait_for(
         lambda: create(kubectl, bad, "--dry-run=server").returncode == 0,
