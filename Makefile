@@ -7,7 +7,7 @@ COLL_LINK := .collections/ansible_collections/gpusplit/k8s
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/.lab/bin:$(PATH)
 
-.PHONY: venv demo test lint unit integration bench lab-build lab-up lab-down lab-status clean
+.PHONY: venv demo test lint unit integration bench lab-build lab-up lab-down lab-status clean dist changelog
 
 venv: $(VENV)/.done $(COLL_LINK)
 
@@ -48,6 +48,15 @@ lint: venv
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check plugins tests lab tools
 	$(BIN)/ansible-lint --profile production
+	$(BIN)/antsibull-changelog lint
+
+# The collection tarball (ansible-galaxy collection build on a clean copy); docs/awx.md
+dist: venv
+	$(BIN)/python tools/dist.py
+
+# CHANGELOG.md rendered from changelogs/fragments
+changelog: venv
+	$(BIN)/python tools/changelog.py CHANGELOG.md
 
 unit: venv
 	$(BIN)/pytest -m "not integration" tests
