@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DraError, dra_node_plans
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.chart import chart_values
@@ -78,6 +79,11 @@ def dra_chart_values(settings=None):
 
 def dra_containerd_imports(config_text, config_path="/etc/containerd/config.toml"):
     """The absolute import globs of a containerd config."""
+    for field, value in (("config_text", config_text), ("config_path", config_path)):
+        if not isinstance(value, str):
+            raise DraError(
+                f"{field}: expected a string (containerd's config.toml and its path), got {type_name(value)}"
+            )
     return containerd_imports(config_text, config_path)
 
 
@@ -110,6 +116,15 @@ def dra_host_inputs(plan, hostvars):
 
 def dra_preflight(cluster_info, hosts, pods=None, skip=None, need_taint_rules=True):
     """The preflight report from k8s_cluster_info's result, the DRA hosts' inputs and their pods."""
+    if not isinstance(cluster_info or {}, dict):
+        raise DraError(
+            f"cluster_info: expected the result of kubernetes.core.k8s_cluster_info, got {type_name(cluster_info)}"
+        )
+    items = hosts.items() if isinstance(hosts, dict) else ()
+    bad = sorted((h for h, v in items if not isinstance(v or {}, dict)), key=str)
+    if not isinstance(hosts or {}, dict) or bad:
+        what = f"hosts.{bad[0]}: got {type_name(hosts[bad[0]])}" if bad else f"hosts: got {type_name(hosts)}"
+        raise DraError(f"{what}; expected a mapping of host to its inputs (gpusplit.k8s.dra_host_inputs)")
     info = cluster_info or {}
     server = ((info.get("version") or {}).get("server") or {}).get("kubernetes") or {}
     cluster = {"git_version": server.get("gitVersion"), "apis": info.get("apis") or {}}

@@ -3,6 +3,7 @@
 {{ hostvars | gpusplit.k8s.fleet_input(ansible_play_hosts) }}
 {{ hostvars | gpusplit.k8s.fleet_facts(hosts) }}
 {{ hostvars | gpusplit.k8s.inventory_nodes(groups['all']) }}
+{{ stat_loop.results | gpusplit.k8s.fleet_outputs_stale }}
 
 Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import fleet_outputs
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 # inventory variable -> planner key; the defaults are those of the roles' argument specs
@@ -66,6 +68,11 @@ def fleet_facts(hostvars, hosts):
     return out
 
 
+def fleet_outputs_stale(stat_results):
+    """Why out/fleet-plan.json and out/fleet-report.json may not be read together ("" when they may)."""
+    return fleet_outputs.stale_reason(fleet_outputs.mtimes_of(stat_results))
+
+
 class FilterModule:
     def filters(self):
-        return wrap_filters((fleet_input, fleet_facts, inventory_nodes))
+        return wrap_filters((fleet_input, fleet_facts, inventory_nodes, fleet_outputs_stale))

@@ -5,7 +5,7 @@ Documented in plugins/filter/gpu_table.yml (ansible-doc -t filter gpusplit.k8s.g
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 COLUMNS = ("NODE", "IDX", "BUS ID", "UUID", "NAME", "MEMORY", "MIG", "HEALTH")
@@ -43,21 +43,21 @@ def _entry_problems(host, entry):
     if entry is None:
         return []
     if not isinstance(entry, dict):
-        return [f"{host}: expected the nvidia_gpu_facts result (a mapping), got {type(entry).__name__}"]
+        return [f"{host}: expected the nvidia_gpu_facts result (a mapping), got {type_name(entry)}"]
     gpus = entry.get("gpus") or []
     if not isinstance(gpus, list):
-        return [f"{host}.gpus: expected a list of GPUs, got {type(gpus).__name__}"]
+        return [f"{host}.gpus: expected a list of GPUs, got {type_name(gpus)}"]
     problems = []
     for i, gpu in enumerate(gpus):
         if not isinstance(gpu, dict):
-            problems.append(f"{host}.gpus[{i}]: expected a mapping, got {type(gpu).__name__}")
+            problems.append(f"{host}.gpus[{i}]: expected a mapping, got {type_name(gpu)}")
             continue
         for key in ("health", "mig_mode"):
             if not isinstance(gpu.get(key) or {}, dict):
-                problems.append(f"{host}.gpus[{i}].{key}: expected a mapping, got {type(gpu[key]).__name__}")
+                problems.append(f"{host}.gpus[{i}].{key}: expected a mapping, got {type_name(gpu[key])}")
         if not isinstance(gpu.get("mig_devices") or [], list):
             problems.append(
-                f"{host}.gpus[{i}].mig_devices: expected a list, got {type(gpu['mig_devices']).__name__}"
+                f"{host}.gpus[{i}].mig_devices: expected a list, got {type_name(gpu['mig_devices'])}"
             )
     return problems
 
@@ -65,7 +65,7 @@ def _entry_problems(host, entry):
 def gpu_table(report):
     """The fleet GPU report ({host: nvidia_gpu_facts result}) as a plain-text table."""
     if not isinstance(report, dict):
-        raise GpusplitError(f"expected a mapping of host to its GPU report, got {type(report).__name__}")
+        raise GpusplitError(f"expected a mapping of host to its GPU report, got {type_name(report)}")
     problems = [
         problem for host in sorted(report, key=str) for problem in _entry_problems(host, report[host])
     ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import modes
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
@@ -27,7 +27,7 @@ def split_modes(where=None):
         where = {}
     if not isinstance(where, Mapping):
         raise GpusplitError(
-            [f"split_modes: expected a mapping of field: value to match, got {type(where).__name__}"]
+            [f"split_modes: expected a mapping of field: value to match, got {type_name(where)}"]
         )
     table = modes.as_dicts()
     return {name: table[name] for name in modes.names_where(**{str(k): v for k, v in where.items()})}

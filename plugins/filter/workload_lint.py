@@ -1,11 +1,13 @@
 """Filters that lint GPU workloads and render the admission guard.
 
+    {{ 'deploy/*.yaml' | gpusplit.k8s.workload_manifests }}
     {{ manifests | gpusplit.k8s.workload_lint }}
     {{ manifests | gpusplit.k8s.workload_lint(allowed_namespaces=['kube-system'], gpu_taint=true) }}
     {{ findings | gpusplit.k8s.lint_table }}
     {{ {'name': 'gpusplit-visible-devices'} | gpusplit.k8s.admission_guard_objects }}
 
-See plugins/plugin_utils/workload_lint.py for the rules and the guard.
+See plugins/plugin_utils/workload_lint.py for the rules and the guard, and
+plugins/plugin_utils/manifest_files.py for reading the files.
 Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 """
 
@@ -16,6 +18,12 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_lint as workload_lint_lib
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.manifest_files import ManifestError, read_manifests
+
+
+def workload_manifests(paths, field="paths"):
+    """[object] of the YAML files that ``paths`` (a path or glob, or a list of them) names."""
+    return read_manifests(paths, field=field)
 
 
 def workload_lint(
@@ -26,16 +34,13 @@ def workload_lint(
     check_env_from=True,
 ):
     """[finding] (object, container, rule, severity, message, fix) for the manifests."""
-    try:
-        return workload_lint_lib.lint(
-            manifests,
-            allowed_namespaces=allowed_namespaces,
-            gpu_taint=gpu_taint,
-            default_namespace=default_namespace,
-            check_env_from=check_env_from,
-        )
-    except GpusplitError as exc:  # LintError, or any other refusal
-        raise AnsibleFilterError(f"gpusplit workload lint: {exc}") from None
+    return workload_lint_lib.lint(
+        manifests,
+        allowed_namespaces=allowed_namespaces,
+        gpu_taint=gpu_taint,
+        default_namespace=default_namespace,
+        check_env_from=check_env_from,
+    )
 
 
 def lint_table(findings):
@@ -52,4 +57,10 @@ def admission_guard_objects(settings):
 
 class FilterModule:
     def filters(self):
-        return wrap_filters((workload_lint, lint_table, admission_guard_objects))
+        return wrap_filters(
+            (workload_manifests, workload_lint, lint_table, admission_guard_objects),
+            {
+                ManifestError: "gpusplit workload manifests",
+                workload_lint_lib.LintError: "gpusplit workload lint",
+            },
+        )

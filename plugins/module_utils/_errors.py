@@ -61,3 +61,21 @@ def fail_on_refusal(module, title="", **result):
         yield
     except GpusplitError as exc:
         module.fail_json(msg=refusal_text(title, exc), errors=exc.errors, **result)
+
+
+def type_name(value):
+    """The JSON/YAML name of ``value``'s type for a message: ``null``, ``boolean``, ``integer``,
+    ``number``, ``string``, ``list`` or ``mapping`` (never a Python class name such as
+    Ansible's ``_AnsibleTaggedStr``); other objects by their class name."""
+    if value is None:
+        return "null"
+    for kind, name in ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string")):
+        if isinstance(value, kind):
+            return name
+    if isinstance(value, (bytes, bytearray)):
+        return "bytes"
+    if isinstance(value, dict) or hasattr(value, "keys") and hasattr(value, "__getitem__"):
+        return "mapping"
+    if isinstance(value, (list, tuple, set, frozenset)) or hasattr(value, "__iter__"):
+        return "list"
+    return type(value).__name__.lstrip("_")

@@ -126,7 +126,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import (
     DraError,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.report import rule_report, rule_settled
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.apply import Cluster, is_subset
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     API_ERRORS,
@@ -167,7 +167,7 @@ def _wait_settled(cluster, res, name, rule, wait_eviction, deadline):
 
 
 def _not_a(field, value, what="a mapping"):
-    return f"{field}: expected {what}, got {type(value).__name__}"
+    return f"{field}: expected {what}, got {type_name(value)}"
 
 
 def _metadata_name(definition):

@@ -31,7 +31,7 @@ from __future__ import annotations
 import copy
 import re
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import (
     MIG_STRATEGIES,
     SHARE_KUBERNETES,
@@ -368,10 +368,10 @@ def _require_inputs(**given):
         if value is None:
             continue
         if not isinstance(value, kind):
-            errors.append(f"{name}: expected {what}, got {type(value).__name__}")
+            errors.append(f"{name}: expected {what}, got {type_name(value)}")
         elif kind is list:
             errors.extend(
-                f"{name}[{i}]: expected a mapping (a Kubernetes object), got {type(item).__name__}"
+                f"{name}[{i}]: expected a mapping (a Kubernetes object), got {type_name(item)}"
                 for i, item in enumerate(value)
                 if not isinstance(item, dict)
             )

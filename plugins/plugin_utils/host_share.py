@@ -24,7 +24,7 @@ from __future__ import annotations
 import posixpath
 import re
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import (
     normalize_pci_bus_id,
     normalize_uuid,
@@ -133,7 +133,7 @@ def host_share(plan, services=None, root="/"):
     """
     errors = []
     if not isinstance(plan, dict):
-        raise HostShareError([f"node plan: expected a mapping, got {type(plan).__name__}"])
+        raise HostShareError([f"node plan: expected a mapping, got {type_name(plan)}"])
     host = str(plan.get("host") or "?")
     missing = [k for k in REQUIRED_PLAN_KEYS if k not in plan]
     if missing:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 
 
 def with_defaults(settings, defaults, title, error=GpusplitError):
@@ -17,7 +17,7 @@ def with_defaults(settings, defaults, title, error=GpusplitError):
     """
     settings = {} if settings is None else settings
     if not isinstance(settings, dict):
-        raise error(f"{title}: expected a mapping, got {type(settings).__name__}")
+        raise error(f"{title}: expected a mapping, got {type_name(settings)}")
     unknown = sorted(str(k) for k in settings if k not in defaults)
     if unknown:
         raise error(f"{title}: unknown key(s) {', '.join(unknown)} (allowed: {', '.join(defaults)})")

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -107,9 +107,7 @@ def resolve_job(spec: dict) -> dict:
     """``spec`` with defaults applied and checked; raises :class:`WorkloadError` listing every problem."""
     if spec is not None and not isinstance(spec, dict):
         raise WorkloadError(
-            [
-                f"the gang job: expected a mapping (name, replicas, gpus_per_pod, ...), got {type(spec).__name__}"
-            ]
+            [f"the gang job: expected a mapping (name, replicas, gpus_per_pod, ...), got {type_name(spec)}"]
         )
     errors: list[str] = []
     unknown = sorted(set(spec or {}) - set(DEFAULTS) - {"name"})

@@ -2,9 +2,10 @@
 # Apache-2.0
 """Lint GPU workloads before they reach the cluster, and render the admission guard.
 
-Pure functions over manifests as dicts (Pod, Deployment, StatefulSet, DaemonSet, ReplicaSet,
-Job, CronJob, and List of those). Each finding names the object, the container, the rule and
-the fix. The rules:
+Pure functions over manifests as dicts (Pod, PodTemplate, Deployment, StatefulSet, DaemonSet,
+ReplicaSet, ReplicationController, Job, CronJob, and List of those); ``read_manifests`` reads them
+from files (paths or globs), refusing a path that matches nothing and a file that is not YAML.
+Each finding names the object, the container, the rule and the fix. The rules:
 
 * ``extended-resource-requests-equal-limits``: an extended resource (``nvidia.com/gpu``,
   ``amd.com/gpu``, ``example.com/foo``: any name with a domain outside ``*kubernetes.io/``, see
@@ -12,11 +13,13 @@ the fix. The rules:
   without a limit is refused too); kube-apiserver rejects the pod otherwise ("must be equal to
   nvidia.com/gpu limit").
 * ``extended-resource-integer``: its amount must be a whole number ("must be an integer").
-* ``visible-devices-env``: ``NVIDIA_VISIBLE_DEVICES``, ``CUDA_VISIBLE_DEVICES`` or
-  ``NVIDIA_DRIVER_CAPABILITIES`` set in a container's env outside the allowed namespaces: with
-  the default runtime settings a pod can grab GPUs (even the host's share) by setting
-  ``NVIDIA_VISIBLE_DEVICES`` without requesting any. ``visible-devices-env-from`` (a warning):
-  an ``envFrom`` source whose keys the lint cannot see could set the same names.
+* ``visible-devices-env``: ``NVIDIA_VISIBLE_DEVICES`` or ``NVIDIA_DRIVER_CAPABILITIES`` set in a
+  container's env outside the allowed namespaces: with the default runtime settings a pod can
+  grab GPUs (even the host's share) by setting ``NVIDIA_VISIBLE_DEVICES`` without requesting any.
+  ``cuda-visible-devices-env`` (a warning): ``CUDA_VISIBLE_DEVICES`` only selects among the GPUs
+  the container already has (the CUDA runtime reads it inside the container; it reaches no other
+  device), but it can hide GPUs the pod was given. ``visible-devices-env-from`` (a warning): an
+  ``envFrom`` source whose keys the lint cannot see could set these names.
 * ``gpu-taint-toleration``: when the fleet taints its GPU nodes (nvidia.com/gpu=present:NoSchedule),
   a pod that requests GPUs (``nvidia.com/gpu*``, ``nvidia.com/mig-*``) or gets devices through DRA
   (a pod-level ``resourceClaims`` entry that a container names in ``resources.claims``) must
@@ -32,7 +35,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     LABEL_MANAGED_BY,
     LABEL_NAME,
@@ -46,7 +49,8 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.settings import with_
 NATIVE_DOMAIN = "kubernetes.io/"  # kubernetes.io/ and every *.kubernetes.io/ name is native
 QUOTA_PREFIX = "requests."  # quota names, never a container resource
 HUGEPAGES_PREFIX = "hugepages-"
-VISIBILITY_ENV = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")
+VISIBILITY_ENV = ("NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES")  # read by the runtime, on the host
+SELECTION_ENV = ("CUDA_VISIBLE_DEVICES",)  # read by CUDA inside the container: a subset of its GPUs
 DEFAULT_ALLOWED_NAMESPACES = ("kube-system", "gpu-operator")
 GPU_TAINT = dict(render.GPU_TAINT)
 ERROR, WARNING = "error", "warning"
@@ -55,6 +59,7 @@ RULES = {
     "extended-resource-requests-equal-limits": ERROR,
     "extended-resource-integer": ERROR,
     "visible-devices-env": ERROR,
+    "cuda-visible-devices-env": WARNING,
     "visible-devices-env-from": WARNING,
     "gpu-taint-toleration": ERROR,
     "runtime-class-nvidia": ERROR,
@@ -63,6 +68,7 @@ RULES = {
 # kind -> path to the pod spec
 _POD_SPEC_PATHS = {
     "Pod": ("spec",),
+    "PodTemplate": ("template", "spec"),
     "Deployment": ("spec", "template", "spec"),
     "StatefulSet": ("spec", "template", "spec"),
     "DaemonSet": ("spec", "template", "spec"),
@@ -91,22 +97,72 @@ def pod_spec(obj):
     return cur
 
 
-def _objects(manifests):
-    for obj in manifests if isinstance(manifests, (list, tuple)) else [manifests]:
+def _objects(manifests, where, problems):
+    """The Kubernetes objects in ``manifests`` (Lists unpacked); what is not one goes to ``problems``."""
+    for i, obj in enumerate(manifests):
+        at = f"{where}[{i}]"
+        if obj is None:  # an empty YAML document
+            continue
         if not isinstance(obj, dict):
+            problems.append(f"{at}: expected a Kubernetes object (a mapping), {_got(obj)}")
             continue
         kind = obj.get("kind")
-        if kind == "List" or isinstance(kind, str) and kind.endswith("List") and "items" in obj:
-            yield from _objects(obj.get("items") or [])
+        if kind is None:
+            problems.append(f"{at}: {_safe_name(obj)} has no kind; every Kubernetes object names its kind")
+        elif isinstance(kind, str) and kind.endswith("List") and "items" in obj:
+            items = obj.get("items")
+            if items is None:
+                continue
+            if not isinstance(items, list):
+                problems.append(f"{at}: {_safe_name(obj)}: items: expected a list, {_got(items)}")
+                continue
+            yield from _objects(items, f"{at}.items", problems)
         else:
             yield obj
 
 
+def _manifest_list(manifests):
+    """``manifests`` as a list of objects (one mapping is one object); other shapes are refused."""
+    if isinstance(manifests, dict):
+        return [manifests]
+    if isinstance(manifests, str):
+        raise LintError(
+            "manifests: expected Kubernetes objects (a list of mappings), got a string; "
+            "parse YAML text first (from_yaml_all), or read files with gpusplit.k8s.workload_manifests"
+        )
+    if not isinstance(manifests, (list, tuple)):
+        raise LintError(f"manifests: expected a list of Kubernetes objects (mappings), {_got(manifests)}")
+    return list(manifests)
+
+
+def _names(value, field):
+    """A list of names from a list of strings (or one string: one name); other shapes are refused."""
+    if isinstance(value, str):
+        return [value]
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise LintError(f"{field}: expected a list of names, {_got(value)} {value!r}")
+    return list(value)
+
+
+def _check_options(gpu_taint, default_namespace, check_env_from):
+    if gpu_taint is True:
+        gpu_taint = dict(GPU_TAINT)
+    if gpu_taint and not (isinstance(gpu_taint, dict) and gpu_taint.get("key") and gpu_taint.get("effect")):
+        raise LintError(f"gpu_taint: expected a taint with key and effect, or true/false, got {gpu_taint!r}")
+    if not isinstance(default_namespace, str) or not default_namespace:
+        raise LintError(f"default_namespace: expected a namespace name, {_got(default_namespace)}")
+    if not isinstance(check_env_from, bool):
+        raise LintError(f"check_env_from: expected true or false, {_got(check_env_from)}")
+    return gpu_taint
+
+
 def _got(value):
-    return f"got {type(value).__name__}"
+    return f"got {type_name(value)}"
 
 
-def _list_of_mappings(value, field):
+def _list_of_mappings_problems(value, field):
     """What is wrong with a list of mappings at ``field`` (empty when nothing)."""
     if value is None:
         return []
@@ -122,9 +178,9 @@ def _list_of_mappings(value, field):
 def _container_problems(container, field):
     if not isinstance(container, dict):
         return [f"{field}: expected a mapping, {_got(container)}"]
-    problems = _list_of_mappings(container.get("env"), f"{field}.env")
+    problems = _list_of_mappings_problems(container.get("env"), f"{field}.env")
     env_from = container.get("envFrom")
-    problems += _list_of_mappings(env_from, f"{field}.envFrom")
+    problems += _list_of_mappings_problems(env_from, f"{field}.envFrom")
     for i, src in enumerate(env_from if isinstance(env_from, list) else []):
         if not isinstance(src, dict):
             continue
@@ -141,9 +197,18 @@ def _container_problems(container, field):
     for section in ("requests", "limits"):
         if res.get(section) is not None and not isinstance(res[section], dict):
             problems.append(f"{field}.resources.{section}: expected a mapping, {_got(res[section])}")
-    if res.get("claims") is not None and not isinstance(res["claims"], list):
-        problems.append(f"{field}.resources.claims: expected a list, {_got(res['claims'])}")
+    problems += _list_of_mappings_problems(res.get("claims"), f"{field}.resources.claims")
+    for i, ref in enumerate(res["claims"] if isinstance(res.get("claims"), list) else []):
+        problems += _name_problem(ref, f"{field}.resources.claims[{i}]")
     return problems
+
+
+def _name_problem(item, field):
+    """A list entry's ``name`` that is not a string (empty when it is one, or the entry is no mapping)."""
+    name = item.get("name") if isinstance(item, dict) else None
+    if name is None or isinstance(name, str):
+        return []
+    return [f"{field}.name: expected a string, {_got(name)}"]
 
 
 def shape_problems(obj):
@@ -179,8 +244,10 @@ def shape_problems(obj):
             continue
         for i, container in enumerate(containers):
             problems += _container_problems(container, f"{where}.{list_name}[{i}]")
-    problems += _list_of_mappings(cur.get("tolerations"), f"{where}.tolerations")
-    problems += _list_of_mappings(cur.get("resourceClaims"), f"{where}.resourceClaims")
+    problems += _list_of_mappings_problems(cur.get("tolerations"), f"{where}.tolerations")
+    problems += _list_of_mappings_problems(cur.get("resourceClaims"), f"{where}.resourceClaims")
+    for i, claim in enumerate(cur["resourceClaims"] if isinstance(cur.get("resourceClaims"), list) else []):
+        problems += _name_problem(claim, f"{where}.resourceClaims[{i}]")
     return [f"{name}: {problem}" for problem in problems]
 
 
@@ -322,20 +389,23 @@ def lint(
     default_namespace="default",
     visibility_env=VISIBILITY_ENV,
     check_env_from=True,
+    selection_env=SELECTION_ENV,
 ):
-    """[finding] for every manifest.
+    """[finding] for every manifest (parsed objects: a list of mappings, or one mapping).
 
     ``gpu_taint``: the fleet's GPU taint (a dict key/value/effect, or True for
     nvidia.com/gpu=present:NoSchedule) when the fleet taints its GPU nodes; None/False otherwise.
+    Input that is not a list of Kubernetes objects (YAML text, an item that is not a mapping or
+    has no kind) is refused, never skipped.
     """
-    if gpu_taint is True:
-        gpu_taint = dict(GPU_TAINT)
-    if gpu_taint and not (isinstance(gpu_taint, dict) and gpu_taint.get("key") and gpu_taint.get("effect")):
-        raise LintError(f"gpu_taint: expected a taint with key and effect, got {gpu_taint!r}")
-    allowed = set(allowed_namespaces or ())
-    names = tuple(visibility_env or ())
-    objects = list(_objects(manifests))
-    problems = [problem for obj in objects for problem in shape_problems(obj)]
+    gpu_taint = _check_options(gpu_taint, default_namespace, check_env_from)
+    allowed = set(_names(allowed_namespaces, "allowed_namespaces"))
+    names = tuple(_names(visibility_env, "visibility_env"))
+    selection = tuple(n for n in _names(selection_env, "selection_env") if n not in names)
+    watched = names + selection
+    problems = []
+    objects = list(_objects(_manifest_list(manifests), "manifests", problems))
+    problems += [problem for obj in objects for problem in shape_problems(obj)]
     if problems:
         raise LintError(problems)
     findings = []
@@ -351,7 +421,19 @@ def lint(
                 if privileged_ns:
                     continue
                 for env in c.get("env") or []:
-                    if env.get("name") in names:
+                    if env.get("name") in selection:
+                        findings.append(
+                            _finding(
+                                obj,
+                                c.get("name"),
+                                "cuda-visible-devices-env",
+                                f"{list_name[:-1]} {c.get('name')} sets {env['name']} in namespace {ns}: "
+                                "it selects among the GPUs the container was given (it reaches no other GPU), "
+                                "but it can hide some of them from the workload",
+                                f"remove {env['name']} unless the container means to use a subset of its GPUs",
+                            )
+                        )
+                    elif env.get("name") in names:
                         findings.append(
                             _finding(
                                 obj,
@@ -366,7 +448,7 @@ def lint(
                 if check_env_from:
                     for src in c.get("envFrom") or []:
                         prefix = src.get("prefix") or ""
-                        if not any(n.startswith(prefix) for n in names):
+                        if not any(n.startswith(prefix) for n in watched):
                             continue
                         ref = src.get("configMapRef") or src.get("secretRef") or {}
                         what = "ConfigMap" if src.get("configMapRef") else "Secret"
@@ -377,7 +459,7 @@ def lint(
                                 "visible-devices-env-from",
                                 f"{list_name[:-1]} {c.get('name')} takes env from {what} {ref.get('name')}"
                                 f"{' with prefix ' + prefix if prefix else ''}; its keys could set "
-                                f"{' or '.join(n for n in names if n.startswith(prefix))} (the lint cannot see them)",
+                                f"{' or '.join(n for n in watched if n.startswith(prefix))} (the lint cannot see them)",
                                 f"make sure {what} {ref.get('name')} has no such key, or list the variables in env",
                             )
                         )

@@ -689,8 +689,9 @@ def test_playbook_writes_pending_json_table_and_fleet_svg(scene, kubectl, lab, t
             }
         }
     }
-    (out / "fleet-report.json").write_text(json.dumps(report))
+    # in the order verify.yml writes them: a report older than its plan is not drawn
     (out / "fleet-plan.json").write_text(json.dumps(plan))
+    (out / "fleet-report.json").write_text(json.dumps(report))
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
     extra = json.dumps({"gpusplit_out_dir": str(out), "gpusplit_diagnose_namespaces": [ns]})
     command = [

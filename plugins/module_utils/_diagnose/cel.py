@@ -63,7 +63,7 @@ import io
 import re
 from fractions import Fraction
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.quantity import parse_quantity
 
 PACKAGE = "common-expression-language"
@@ -413,7 +413,7 @@ def _verdict(expression, view):
     except Exception as exc:  # the library raises RuntimeError, TypeError, ValueError, ...
         return f"CEL evaluation error: {_first_line(exc)}"
     if not isinstance(result, bool):
-        return f"the result is a {type(result).__name__}, not a boolean"
+        return f"the result is a {type_name(result)}, not a boolean"
     return result
 
 

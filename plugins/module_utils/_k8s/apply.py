@@ -20,7 +20,7 @@ import difflib
 import json
 from concurrent.futures import ThreadPoolExecutor
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import api_client
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import LABEL_MANAGED_BY
 
@@ -64,11 +64,11 @@ def object_problems(objects):
     seen = set()
     for pos, obj in enumerate(objects):
         if not isinstance(obj, dict):
-            errors.append(f"objects[{pos}] is a {type(obj).__name__}, not a mapping")
+            errors.append(f"objects[{pos}] is a {type_name(obj)}, not a mapping")
             continue
         meta = obj.get("metadata")
         if meta is not None and not isinstance(meta, dict):
-            errors.append(f"objects[{pos}] metadata is a {type(meta).__name__}, not a mapping")
+            errors.append(f"objects[{pos}] metadata is a {type_name(meta)}, not a mapping")
             continue
         meta = meta or {}
         fields = (
@@ -81,7 +81,7 @@ def object_problems(objects):
             errors.append(f"objects[{pos}] lacks {', '.join(missing)}")
             continue
         fields += (("metadata.namespace", meta.get("namespace") or ""),)
-        not_text = [f"{f} ({type(v).__name__})" for f, v in fields if not isinstance(v, str)]
+        not_text = [f"{f} ({type_name(v)})" for f, v in fields if not isinstance(v, str)]
         if not_text:
             errors.append(f"objects[{pos}] has {', '.join(not_text)} where a string belongs")
             continue
@@ -100,7 +100,7 @@ def prune_problems(prune):
     errors = []
     for pos, spec in enumerate(prune or []):
         if not isinstance(spec, dict):
-            errors.append(f"prune[{pos}] is a {type(spec).__name__}, not a mapping")
+            errors.append(f"prune[{pos}] is a {type_name(spec)}, not a mapping")
             continue
         bad = [
             f

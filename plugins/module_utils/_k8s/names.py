@@ -12,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import re
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
+
 MANAGED_BY = "gpusplit"
 APP_NAME = "gpusplit-device-plugin"  # app.kubernetes.io/name of the split device plugin
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -56,3 +58,25 @@ def label_value(value):
     clean = re.sub(r"[^A-Za-z0-9._-]+", "-", value)[: 63 - len(digest) - 1]
     clean = re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", clean)
     return f"{clean}-{digest}" if clean else digest
+
+
+DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_SUBDOMAIN_MAX = 253
+
+
+def dns_subdomain_problem(name):
+    """What keeps ``name`` from being an RFC 1123 subdomain (a Node's, a namespace's, most objects'
+    name), or None when it is one: at most 253 characters, lower-case letters, digits, ``-`` and
+    ``.``, each dot-separated part starting and ending with a letter or digit."""
+    if not isinstance(name, str):
+        return f"expected a string, got {type_name(name)}"
+    if not name:
+        return "it is empty"
+    if len(name) > DNS_SUBDOMAIN_MAX:
+        return f"it has {len(name)} characters, more than {DNS_SUBDOMAIN_MAX}"
+    if not DNS_SUBDOMAIN_RE.match(name):
+        bad = sorted({c for c in name if not (c.islower() or c.isdigit() or c in "-.") or not c.isascii()})
+        if bad:
+            return f"it contains {' '.join(repr(c) for c in bad)}; only lower-case letters, digits, '-' and '.' are allowed"
+        return "each part between dots must start and end with a letter or digit"
+    return None

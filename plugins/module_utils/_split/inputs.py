@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import (
     normalize_pci_bus_id,
     normalize_uuid,
@@ -175,7 +176,7 @@ def read_facts(host, facts, errors):
         errors.append(f"{host}: facts: no GPU facts for this host (run nvidia_gpu_facts first)")
         return []
     if not isinstance(facts, (list, tuple)):
-        errors.append(f"{host}: facts: expected a list of GPUs, got {type(facts).__name__}")
+        errors.append(f"{host}: facts: expected a list of GPUs, got {type_name(facts)}")
         return []
     gpus = []
     seen_uuid = set()

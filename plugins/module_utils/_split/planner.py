@@ -19,7 +19,8 @@ See docs/split.md for the schema of the plan and the rules.
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import dns_subdomain_problem
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.inputs import (
     MAX_LISTED,
     fmt_list,
@@ -320,12 +321,37 @@ def _final_warnings(st):
             )
 
 
+def node_name_problem(host, node_name):
+    """Why the Kubernetes node name of ``host`` is not one (it names a Node, labels and the split
+    DaemonSet's pinning), or None. ``node_name``: gpusplit_node_name, None for the host name."""
+    if node_name is None:
+        problem = dns_subdomain_problem(host)
+        if problem:
+            return (
+                f"{host}: the inventory host name is the node name (gpusplit_node_name is not set), but "
+                f"{host!r} is not a Kubernetes node name: {problem}; set gpusplit_node_name to the node's name"
+            )
+        return None
+    problem = dns_subdomain_problem(node_name)
+    if problem:
+        return (
+            f"{host}: node_name (gpusplit_node_name) {node_name!r} is not a Kubernetes node name (an RFC 1123 "
+            f"subdomain, e.g. gpu-a.example.com): {problem}"
+        )
+    return None
+
+
 def _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name):
     """Return (plan or None, errors). Never raises for bad input."""
     errors = []
     warnings = []
     host = str(host)
-    node = str(node_name) if node_name else host
+    if isinstance(node_name, int) and not isinstance(node_name, bool):
+        node_name = str(node_name)  # gpusplit_node_name: 12345 in YAML is a number, and a valid name
+    problem = node_name_problem(host, node_name)
+    if problem:
+        errors.append(problem)
+    node = str(node_name) if node_name is not None else host
     info = None
     try:
         info = get_mode(mode, where=host)
@@ -333,10 +359,14 @@ def _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name):
         errors.extend(exc.errors)
     if mig_strategy is None:
         mig_strategy = "none"
-    if mig_strategy not in MIG_STRATEGIES:
-        errors.append(f"{host}: mig_strategy {mig_strategy!r} is not one of {', '.join(MIG_STRATEGIES)}")
+    if not isinstance(mig_strategy, str) or mig_strategy not in MIG_STRATEGIES:
+        errors.append(
+            f"{host}: mig_strategy (gpusplit_mig_strategy) {mig_strategy!r} is not one of {', '.join(MIG_STRATEGIES)}"
+        )
     if not isinstance(exclude_unhealthy, bool):
-        errors.append(f"{host}: exclude_unhealthy {exclude_unhealthy!r} is not a boolean")
+        errors.append(
+            f"{host}: exclude_unhealthy (gpusplit_exclude_unhealthy) {exclude_unhealthy!r} is not true or false"
+        )
     gpus = read_facts(host, facts, errors)
     if errors:
         return None, errors
@@ -544,14 +574,38 @@ def fleet_warnings(nodes):
     return [f"{host}: {w}" for host, plan in nodes.items() for w in plan["warnings"]]
 
 
+NODE_PLAN_KEYS = ("host", "node", "mode", "gpus")  # what every reader of a node plan relies on
+
+
 def node_plans(plan):
-    """The node plans of a fleet plan, a node plan, or a list of node plans (in order)."""
+    """The node plans of a fleet plan, a node plan, or a list of node plans (in order).
+
+    Each must be a node plan of the planner (a mapping with host, node, mode and gpus); what is
+    not is refused, naming where it is.
+    """
     if isinstance(plan, dict) and isinstance(plan.get("nodes"), dict):
-        return list(plan["nodes"].values())
-    if isinstance(plan, dict) and "host" in plan and "gpus" in plan:
-        return [plan]
-    if isinstance(plan, (list, tuple)):
-        return list(plan)
-    raise PlanError(
-        [f"expected a fleet plan, a node plan or a list of node plans, got {type(plan).__name__}"]
-    )
+        found = [(f"plan.nodes.{host}", p) for host, p in plan["nodes"].items()]
+    elif isinstance(plan, dict) and "host" in plan and "gpus" in plan:
+        found = [("plan", plan)]
+    elif isinstance(plan, (list, tuple)):
+        found = [(f"plan[{i}]", p) for i, p in enumerate(plan)]
+    else:
+        raise PlanError(
+            [f"expected a fleet plan, a node plan or a list of node plans, got {type_name(plan)}"]
+        )
+    errors = []
+    for where, p in found:
+        if not isinstance(p, dict):
+            errors.append(
+                f"{where}: expected a node plan of the gpu_plan role (a mapping), got {type_name(p)}"
+            )
+            continue
+        missing = [k for k in NODE_PLAN_KEYS if k not in p]
+        if missing or not isinstance(p["gpus"], list):
+            lacks = (
+                f"lacks {', '.join(missing)}" if missing else f"gpus is a {type_name(p['gpus'])}, not a list"
+            )
+            errors.append(f"{where}: not a node plan of the gpu_plan role: it {lacks}")
+    if errors:
+        raise PlanError(errors)
+    return [p for _, p in found]

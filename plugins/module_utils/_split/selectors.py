@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import fnmatch
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import (
     normalize_pci_bus_id,
     normalize_uuid,
@@ -241,7 +242,10 @@ def read_split(host, split, gpus, errors, warnings, mig_refusal=None):
     if split is None:
         split = {}
     if not isinstance(split, dict):
-        errors.append(f"{host}: split: expected a mapping, got {split!r}")
+        errors.append(
+            f"{host}: split (gpusplit_split): expected a mapping of one selector to its value, e.g. "
+            f"{{count: 2}} or {{host_uuids: [GPU-...]}}, got {type_name(split)} {split!r}"
+        )
         return None
     unknown = sorted(str(k) for k in split if k not in SPLIT_KEYS)
     if unknown:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     APP_NAME,
     LABEL_MANAGED_BY,
@@ -208,7 +208,7 @@ def verify_node(node_plan, node, plugin_pods, gpus):
 
 
 def _got(value):
-    return f"got {type(value).__name__}"
+    return f"got {type_name(value)}"
 
 
 def _string(value):
@@ -219,7 +219,7 @@ def _strings(value):
     if not isinstance(value, list):
         return _got(value)
     bad = [i for i, v in enumerate(value) if not isinstance(v, str)]
-    return f"item {bad[0]} is {type(value[bad[0]]).__name__}" if bad else None
+    return f"item {bad[0]} is {type_name(value[bad[0]])}" if bad else None
 
 
 def _counts(value):
@@ -239,7 +239,7 @@ def _mappings_with(*keys):
             return _got(value)
         for i, item in enumerate(value):
             if not isinstance(item, dict):
-                return f"item {i} is {type(item).__name__}"
+                return f"item {i} is {type_name(item)}"
             missing = [k for k in keys if k not in item]
             if missing:
                 return f"item {i} has no {', '.join(missing)}"
@@ -280,7 +280,7 @@ def _facts_problems(facts_by_host):
     if facts_by_host is None:
         return []
     if not isinstance(facts_by_host, dict):
-        return [f"facts: expected a mapping of host to its GPU facts, got {type(facts_by_host).__name__}"]
+        return [f"facts: expected a mapping of host to its GPU facts, got {type_name(facts_by_host)}"]
     problems = []
     for host, gpus in sorted(facts_by_host.items(), key=lambda item: str(item[0])):
         wrong = None if gpus is None else _mappings_with()(gpus)
@@ -301,7 +301,7 @@ def require_fleet_plan(plan, facts_by_host=None):
     for host in sorted(plan["nodes"], key=str):
         node_plan = plan["nodes"][host]
         if not isinstance(node_plan, dict):
-            errors.append(f"{host}: node plan: expected a mapping, got {type(node_plan).__name__}")
+            errors.append(f"{host}: node plan: expected a mapping, got {type_name(node_plan)}")
             continue
         try:
             get_mode(node_plan.get("mode"), where=f"{host}: node plan")

@@ -47,12 +47,6 @@ def test_every_spec_loads_into_the_validator(role):
             {"gpusplit_mode": "bogus"},
             "value of gpusplit_mode must be one of: device_plugin, gpu_operator, dra, none",
         ),
-        ({"gpusplit_split": {"count": "two"}}, "argument 'count' is of type str found in 'gpusplit_split'"),
-        (
-            {"gpusplit_split": {"count": 2, "hosts_count": 1}},
-            "gpusplit_split.hosts_count. Supported parameters",
-        ),
-        ({"gpusplit_split": {"indices": ["a"]}}, "option 'indices' found in 'gpusplit_split'"),
         (
             {"gpusplit_mig_strategy": "all"},
             "value of gpusplit_mig_strategy must be one of: none, single, mixed",
@@ -149,6 +143,48 @@ def test_the_fleet_plan_is_declared_and_required(role):
     assert "gpusplit_fleet_plan" in errors(role, {"gpusplit_fleet_plan": "plan"})
 
 
+JSON_VALUES = [None, True, 3, 2.5, "x", ["count", 2], {"x": [1]}]
+# dict options with sub-options: Ansible's validator itself fails with a Python TypeError on a
+# list, int, float or bool (ansible-core 2.19); owned by other roles, same fix as gpusplit_split
+KNOWN_VALIDATOR_CRASHES = {
+    ("gpu_host", "main", "gpusplit_plugin_settings"),
+    ("gpu_operator", "main", "gpusplit_plugin_settings"),
+    ("gpu_split_cluster", "main", "gpusplit_plugin_settings"),
+}
+
+
+def every_option():
+    for path in sorted(ROLES.glob("*/meta/argument_specs.yml")):
+        for entry, body in yaml.safe_load(path.read_text())["argument_specs"].items():
+            for option in body.get("options") or {}:
+                key = (path.parents[1].name, entry, option)
+                marks = (
+                    [
+                        pytest.mark.xfail(
+                            strict=True, reason="owned by the roles' helper: type raw, checked by the code"
+                        )
+                    ]
+                    if key in KNOWN_VALIDATOR_CRASHES
+                    else []
+                )
+                yield pytest.param(*key, marks=marks, id="/".join(key))
+
+
+@pytest.mark.parametrize(("role", "entry", "option"), list(every_option()))
+def test_no_option_of_any_json_type_crashes_the_validator(role, entry, option):
+    """Issue 18 case 12's class: a value of the wrong JSON type is named by the spec (or left to
+    the code, which names it), never a Python error out of the validator."""
+    for value in JSON_VALUES:
+        text = errors(role, {option: value}, entry)
+        assert "not iterable" not in text, (option, value, text)  # errors() raises on a crash
+
+
+def test_gpusplit_split_of_any_json_type_reaches_the_planner():
+    """gpusplit_split is raw in the spec: the planner names host, field and shape (test_planner.py)."""
+    for value in JSON_VALUES:
+        assert errors("gpu_plan", {"gpusplit_split": value}) == ""
+
+
 def test_a_play_with_bad_values_stops_before_any_task(tmp_path):
     """The real thing: ansible-playbook validates the role's spec and names every bad value."""
     play = tmp_path / "play.yml"
@@ -187,6 +223,5 @@ def test_a_play_with_bad_values_stops_before_any_task(tmp_path):
     assert proc.returncode != 0, out
     assert "Validating arguments against arg spec" in out
     assert "gpusplit_mode must be one of" in out and "bogus" in out
-    assert "'count' is of type str" in out and "gpusplit_split.hosts_count" in out
     assert "Plan the fleet" not in out  # no task of the role ran
     assert not (tmp_path / "out").exists()

@@ -15,6 +15,7 @@ from ansible_collections.gpusplit.k8s.plugins.filter import (
     workload,
     workload_lint,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
 
 
@@ -48,7 +49,7 @@ def gpu(i):
 def test_gang_job_refuses_a_spec_that_is_not_a_mapping(spec):
     assert refused(filters(workload)["gang_job"], spec) == (
         "gpusplit gang job refused:\n"
-        f"- the gang job: expected a mapping (name, replicas, gpus_per_pod, ...), got {type(spec).__name__}"
+        f"- the gang job: expected a mapping (name, replicas, gpus_per_pod, ...), got {type_name(spec)}"
     )
 
 
@@ -56,14 +57,14 @@ def test_gang_job_refuses_a_spec_that_is_not_a_mapping(spec):
     ("manifest", "msg"),
     [
         ({"kind": ["Pod"], "metadata": {"name": "p"}}, "?/p: kind: expected a string, got list"),
-        ({"kind": "Pod", "metadata": "p"}, "Pod/(unnamed): metadata: expected a mapping, got str"),
+        ({"kind": "Pod", "metadata": "p"}, "Pod/(unnamed): metadata: expected a mapping, got string"),
         (
             {"kind": "Pod", "metadata": {"name": "p", "namespace": "a"}, "spec": {"containers": "main"}},
-            "Pod/a/p: spec.containers: expected a list of containers, got str",
+            "Pod/a/p: spec.containers: expected a list of containers, got string",
         ),
         (
             {"kind": "Job", "metadata": {"name": "j"}, "spec": {"template": "pod"}},
-            "Job/j: spec.template: expected a mapping, got str",
+            "Job/j: spec.template: expected a mapping, got string",
         ),
         (
             {
@@ -78,20 +79,25 @@ def test_gang_job_refuses_a_spec_that_is_not_a_mapping(spec):
                     }
                 },
             },
-            "Deployment/d: spec.template.spec.containers[0].env: expected a list, got str\n"
-            "Deployment/d: spec.template.spec.containers[0].resources.limits: expected a mapping, got str\n"
-            "Deployment/d: spec.template.spec.containers[1]: expected a mapping, got str\n"
-            "Deployment/d: spec.template.spec.tolerations[1]: expected a mapping, got str",
+            "Deployment/d: spec.template.spec.containers[0].env: expected a list, got string\n"
+            "Deployment/d: spec.template.spec.containers[0].resources.limits: expected a mapping, got string\n"
+            "Deployment/d: spec.template.spec.containers[1]: expected a mapping, got string\n"
+            "Deployment/d: spec.template.spec.tolerations[1]: expected a mapping, got string",
         ),
     ],
 )
 def test_workload_lint_refuses_fields_of_the_wrong_type_naming_object_and_field(manifest, msg):
-    assert refused(filters(workload_lint)["workload_lint"], [manifest]) == f"gpusplit workload lint: {msg}"
+    assert refused(
+        filters(workload_lint)["workload_lint"], [manifest]
+    ) == f"gpusplit workload lint refused:\n- {msg}".replace("\nDeployment/", "\n- Deployment/")
 
 
-def test_workload_lint_still_skips_what_is_no_workload():
+def test_workload_lint_skips_other_kinds_but_refuses_what_is_no_object():
     lint = filters(workload_lint)["workload_lint"]
-    assert lint(["not a manifest", {"kind": "ConfigMap", "data": "x"}, {"kind": "Pod"}]) == []
+    assert lint([{"kind": "ConfigMap", "data": "x"}, {"kind": "Pod"}, None]) == []
+    assert refused(lint, ["not a manifest"]) == (
+        "gpusplit workload lint refused:\n- manifests[0]: expected a Kubernetes object (a mapping), got string"
+    )
 
 
 @pytest.mark.parametrize(
@@ -103,9 +109,9 @@ def test_workload_lint_still_skips_what_is_no_workload():
         ),
         (
             {"clusterpolicies": {"name": "cluster-policy"}},
-            "clusterpolicies: expected a list of ClusterPolicy objects (k8s_info resources), got dict",
+            "clusterpolicies: expected a list of ClusterPolicy objects (k8s_info resources), got mapping",
         ),
-        ({"daemonsets": ["ds"]}, "daemonsets[0]: expected a mapping (a Kubernetes object), got str"),
+        ({"daemonsets": ["ds"]}, "daemonsets[0]: expected a mapping (a Kubernetes object), got string"),
     ],
 )
 def test_operator_config_refuses_arguments_of_the_wrong_type(kwargs, msg):
@@ -154,10 +160,10 @@ def test_cp_component_error_reads_a_count_given_as_text():
         (
             {"gpu-a": "down", "gpu-b": {"gpus": ["GPU-1", {"health": "ok", "mig_devices": {"1g.10gb": 2}}]}},
             [
-                "gpu-a: expected the nvidia_gpu_facts result (a mapping), got str",
-                "gpu-b.gpus[0]: expected a mapping, got str",
-                "gpu-b.gpus[1].health: expected a mapping, got str",
-                "gpu-b.gpus[1].mig_devices: expected a list, got dict",
+                "gpu-a: expected the nvidia_gpu_facts result (a mapping), got string",
+                "gpu-b.gpus[0]: expected a mapping, got string",
+                "gpu-b.gpus[1].health: expected a mapping, got string",
+                "gpu-b.gpus[1].mig_devices: expected a list, got mapping",
             ],
         ),
     ],

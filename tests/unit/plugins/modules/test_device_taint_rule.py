@@ -147,17 +147,20 @@ def rule(**fields):
 @pytest.mark.parametrize(
     ("params", "msg"),
     [
-        ({"definition": rule(metadata="r")}, "definition.metadata: expected a mapping, got str"),
-        ({"definition": rule(metadata={"name": 7})}, "definition.metadata.name: expected a string, got int"),
+        ({"definition": rule(metadata="r")}, "definition.metadata: expected a mapping, got string"),
+        (
+            {"definition": rule(metadata={"name": 7})},
+            "definition.metadata.name: expected a string, got integer",
+        ),
         (
             {"definition": rule(spec="taint me")},
-            "nothing was applied: definition.spec: expected a mapping, got str",
+            "nothing was applied: definition.spec: expected a mapping, got string",
         ),
         (
             {"definition": rule(spec={"taint": ["k", "NoSchedule"]})},
             "nothing was applied: definition.spec.taint: expected a mapping, got list",
         ),
-        ({"definition": "r"}, "definition: expected a mapping, got str"),
+        ({"definition": "r"}, "definition: expected a mapping, got string"),
         (
             {"definition": rule(metadata=["r"]), "state": "absent"},
             "definition.metadata: expected a mapping, got list",
@@ -184,7 +187,7 @@ def run_main(params, capsys):
 def test_main_refuses_before_it_connects(monkeypatch, capsys):
     monkeypatch.setattr(mod, "Cluster", UntouchedCluster)  # constructing it would fail the test
     rc, out = run_main({"definition": rule(spec="taint me")}, capsys)
-    msg = "nothing was applied: definition.spec: expected a mapping, got str"
+    msg = "nothing was applied: definition.spec: expected a mapping, got string"
     assert rc == 1 and out["msg"] == msg and out["errors"] == [msg] and not out.get("changed")
 
 

@@ -73,12 +73,12 @@ def node_plan(host, mode, **fields):
             },
             {"n1": "GPU-1"},
             [
-                "plan.nodes.n1.node: expected the Kubernetes node name (a string), got int",
+                "plan.nodes.n1.node: expected the Kubernetes node name (a string), got integer",
                 "plan.nodes.n1.resources: expected a mapping of resource name to count, "
                 "nvidia.com/gpu is 'two', not a count",
-                "plan.nodes.n1.gpus: expected a list of GPUs, each with uuid and share, item 0 is str",
-                "plan.nodes.n1.excluded: expected a list of GPUs, each with uuid, got NoneType",
-                "facts.n1: expected a list of GPUs (nvidia_gpus), each a mapping, got str",
+                "plan.nodes.n1.gpus: expected a list of GPUs, each with uuid and share, item 0 is string",
+                "plan.nodes.n1.excluded: expected a list of GPUs, each with uuid, got null",
+                "facts.n1: expected a list of GPUs (nvidia_gpus), each a mapping, got string",
             ],
         ),
     ],

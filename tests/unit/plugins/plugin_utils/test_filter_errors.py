@@ -1,5 +1,6 @@
 """plugins/plugin_utils/filter_errors.py: refusals become AnsibleFilterError, a GpusplitError the
-filter file does not title is caught last under the filter's own name, nothing else is caught."""
+filter file does not title is caught last under the filter's own name, and a Python error inside a
+filter is shown as its arguments' shapes, never as Python's text; other exceptions pass."""
 
 from __future__ import annotations
 
@@ -59,13 +60,57 @@ def test_a_catch_all_title_given_by_the_file_wins():
         f()
 
 
-def test_other_exceptions_are_not_caught_and_the_refusals_are_not_changed():
+def failing(exc, name="some_filter"):
+    """A filter with an input and one option that fails with ``exc`` (a bug)."""
+
+    def some_filter(data, option=None):
+        raise exc
+
+    some_filter.__name__ = name
+    return some_filter
+
+
+@pytest.mark.parametrize(
+    "exc", [KeyError("bug"), TypeError("'int' object is not iterable"), AttributeError("get")]
+)
+def test_a_bug_inside_a_filter_names_the_filter_and_arguments_not_python(exc):
+    """Issue 18: internal exception text never reaches the user; the arguments' types and where it
+    failed do."""
     refusals = {TitledError: "gpusplit thing"}
-    f = wrap(raising(KeyError("bug")), refusals)
-    with pytest.raises(KeyError):
-        f()
+    f = wrap(failing(exc), refusals)
+    with pytest.raises(AnsibleFilterError) as err:
+        f({"a": 1}, option="x")
+    line = failing.__code__.co_firstlineno + 4
+    assert str(err.value) == (
+        "gpusplit.k8s.some_filter refused:\n"
+        "- cannot read its arguments as given (its input (the value before the |): mapping, option: string); "
+        "see ansible-doc -t filter gpusplit.k8s.some_filter for the shape of each (a bug in the filter too: "
+        f"{type(exc).__name__} at test_filter_errors.py:{line})"
+    )
     assert refusals == {TitledError: "gpusplit thing"}
-    assert filters([raising(ValueError("x"))], refusals)["some_filter"].__name__ == "some_filter"
+
+
+@pytest.mark.parametrize(
+    ("args", "msg"),
+    [
+        (("gang",), "its input (the value before the |): expected a mapping, got string"),
+        ((None,), "its input (the value before the |): expected a mapping, got null"),
+    ],
+)
+def test_a_bug_on_input_of_the_wrong_shape_names_the_documented_shape(args, msg):
+    """When the filter fails on an argument its documentation types otherwise, that argument and
+    its shape are named (plugins/filter/gang_job.yml: _input is a dict)."""
+    f = wrap(failing(AttributeError("'str' object has no attribute 'get'"), name="gang_job"))
+    with pytest.raises(AnsibleFilterError) as err:
+        f(*args)
+    assert str(err.value) == f"gpusplit.k8s.gang_job refused:\n- {msg}"
+
+
+def test_other_exceptions_still_pass_and_names_stay():
+    f = wrap(raising(RuntimeError("not input")))
+    with pytest.raises(RuntimeError):
+        f()
+    assert filters([raising(ValueError("x"))])["some_filter"].__name__ == "some_filter"
 
 
 def filter_modules():

@@ -289,7 +289,7 @@ def test_no_daemonset_for_an_empty_kubernetes_share():
 
 def test_per_node_rendering_equals_a_direct_render():
     for host in ("gpu-a", "x" * 253, "Node.Example.COM"):
-        plan = node_plan(host)
+        plan = node_plan(host, node_name=host.lower())  # a host name that is no node name needs one
         s = render.resolve_settings({"hardening": "cdi"})
         variables, invariants = render._daemonset_context(plan, s)
         direct = render.render_template("daemonset.yaml.j2", **variables, **invariants)
@@ -367,7 +367,7 @@ def test_node_name_pinning_setting():
 
 
 def test_hostile_names_stay_data():
-    plan = node_plan('evil"\n  privileged: true #')
+    plan = node_plan('evil"\n  privileged: true #', node_name="evil")
     ds = render.render_split_daemonset(plan)
     validate(ds)
     assert ds["metadata"]["annotations"]["gpusplit.io/host"] == 'evil"\n  privileged: true #'

@@ -49,6 +49,8 @@ def wrap(kind, spec, name="w", ns="team-a"):
     template = {"metadata": {"labels": {"app": name}}, "spec": spec}
     if kind == "Pod":
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec}
+    if kind == "PodTemplate":
+        return {"apiVersion": "v1", "kind": "PodTemplate", "metadata": meta, "template": template}
     if kind == "CronJob":
         return {
             "apiVersion": "batch/v1",
@@ -67,7 +69,7 @@ def rules(findings):
     return sorted((f["rule"], f["container"]) for f in findings)
 
 
-KINDS = ["Pod", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"]
+KINDS = ["Pod", "PodTemplate", "Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"]
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -183,9 +185,7 @@ def test_is_extended_resource():
         assert wl.is_extended_resource(name), name
 
 
-@pytest.mark.parametrize(
-    "name", ["NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"]
-)
+@pytest.mark.parametrize("name", ["NVIDIA_VISIBLE_DEVICES", "NVIDIA_DRIVER_CAPABILITIES"])
 def test_visibility_env_in_every_container_list(name):
     spec = pod_spec(
         container("app"),
@@ -195,6 +195,31 @@ def test_visibility_env_in_every_container_list(name):
     findings = wl.lint([wrap("Pod", spec)])
     assert rules(findings) == [("visible-devices-env", "debug"), ("visible-devices-env", "init")]
     assert "ephemeralContainer debug sets" in [f for f in findings if f["container"] == "debug"][0]["message"]
+
+
+def test_cuda_visible_devices_is_a_warning():
+    """CUDA_VISIBLE_DEVICES selects among the container's own GPUs (issue 18): a warning, not an error."""
+    spec = pod_spec(container("app", limits={"nvidia.com/gpu": 2}, env={"CUDA_VISIBLE_DEVICES": "0"}))
+    (finding,) = wl.lint([wrap("Pod", spec)])
+    assert (finding["rule"], finding["severity"], finding["container"]) == (
+        "cuda-visible-devices-env",
+        "warning",
+        "app",
+    )
+    assert "reaches no other GPU" in finding["message"]
+    assert wl.lint([wrap("Pod", spec, ns="kube-system")]) == []
+    # an envFrom source that could carry it is a warning too; with the NVIDIA_ names as before
+    env_from = [{"configMapRef": {"name": "cuda-only"}, "prefix": "CUDA_"}]
+    (finding,) = wl.lint([wrap("Pod", pod_spec(container(env_from=env_from)))])
+    assert finding["rule"] == "visible-devices-env-from" and "CUDA_VISIBLE_DEVICES" in finding["message"]
+
+
+def test_pod_template_is_linted():
+    """The PodTemplate kind (template.spec) is linted like the workloads (issue 18)."""
+    obj = wrap("PodTemplate", pod_spec(container(env={"NVIDIA_VISIBLE_DEVICES": "all"})))
+    kubernetes_validate.validate(obj, K8S, strict=True)
+    assert rules(wl.lint([obj])) == [("visible-devices-env", "main")]
+    assert wl.lint([obj])[0]["object"] == "PodTemplate/team-a/w"
 
 
 def test_allowed_namespaces_may_set_env_and_runtime_class():
@@ -306,7 +331,6 @@ def test_lists_multi_docs_and_other_kinds():
             "data": {"NVIDIA_VISIBLE_DEVICES": "all"},
         },
         None,
-        "text",
     ]
     assert rules(wl.lint(docs)) == [("extended-resource-integer", "main")]
     assert rules(wl.lint(bad)) == [("extended-resource-integer", "main")]  # a single manifest
@@ -322,7 +346,7 @@ def test_table_and_filter():
     from ansible.errors import AnsibleFilterError
 
     with pytest.raises(AnsibleFilterError):
-        lint_filter.workload_lint([bad], gpu_taint={"key": ""})
+        lint_filter.FilterModule().filters()["workload_lint"]([bad], gpu_taint={"key": ""})
 
 
 # --------------------------------------------------------------------------------------------
@@ -419,3 +443,137 @@ def test_guard_filter_and_yaml_round_trip():
     objs = lint_filter.admission_guard_objects({"name": "g"})
     assert yaml.safe_load(yaml.safe_dump(objs)) == objs
     assert copy.deepcopy(objs) == wl.guard_objects({"name": "g"})  # deterministic
+
+
+# --------------------------------------------------------------------------------------------
+# bad input (issue 18, cases 1 and 13): refused naming the object and path, never skipped
+
+
+def lint_refusal(*args, **kwargs):
+    with pytest.raises(wl.LintError) as err:
+        wl.lint(*args, **kwargs)
+    return err.value.errors
+
+
+def test_yaml_text_is_refused_not_read_as_no_findings():
+    text = yaml.safe_dump(wrap("Pod", pod_spec(container(env={"NVIDIA_VISIBLE_DEVICES": "all"}))))
+    (msg,) = lint_refusal(text)
+    assert msg.startswith("manifests: expected Kubernetes objects (a list of mappings), got a string")
+    assert "from_yaml_all" in msg
+
+
+@pytest.mark.parametrize(
+    ("manifests", "msg"),
+    [
+        (7, "manifests: expected a list of Kubernetes objects (mappings), got integer"),
+        (None, "manifests: expected a list of Kubernetes objects (mappings), got null"),
+        (["kind: Pod"], "manifests[0]: expected a Kubernetes object (a mapping), got string"),
+        (
+            [{"metadata": {"name": "p"}}],
+            "manifests[0]: ?/p has no kind; every Kubernetes object names its kind",
+        ),
+        (
+            [{"kind": "List", "items": [{"kind": "Pod"}, 3]}],
+            "manifests[0].items[1]: expected a Kubernetes object (a mapping), got integer",
+        ),
+        (
+            [{"kind": "PodList", "items": "pods"}],
+            "manifests[0]: PodList/(unnamed): items: expected a list, got string",
+        ),
+    ],
+)
+def test_what_is_not_a_kubernetes_object_is_refused(manifests, msg):
+    assert lint_refusal(manifests) == [msg]
+
+
+@pytest.mark.parametrize(
+    ("options", "msg"),
+    [
+        ({"allowed_namespaces": 3}, "allowed_namespaces: expected a list of names, got integer 3"),
+        ({"allowed_namespaces": [{"name": "x"}]}, "allowed_namespaces: expected a list of names, got list"),
+        ({"default_namespace": None}, "default_namespace: expected a namespace name, got null"),
+        ({"check_env_from": "no"}, "check_env_from: expected true or false, got string"),
+        ({"gpu_taint": "nvidia.com/gpu"}, "gpu_taint: expected a taint with key and effect, or true/false"),
+    ],
+)
+def test_bad_options_are_refused_by_name(options, msg):
+    (got,) = lint_refusal([wrap("Pod", pod_spec(container()))], **options)
+    assert got.startswith(msg)
+
+
+def test_a_string_namespace_is_one_namespace_not_its_characters():
+    spec = pod_spec(container(env={"NVIDIA_VISIBLE_DEVICES": "all"}))
+    assert wl.lint([wrap("Pod", spec, ns="ops")], allowed_namespaces="ops") == []
+    assert len(wl.lint([wrap("Pod", spec, ns="o")], allowed_namespaces="ops")) == 1
+
+
+def test_case_13_env_item_string_and_limits_list():
+    spec = pod_spec({"name": "c", "env": ["FOO"], "resources": {"limits": [1]}})
+    assert lint_refusal([wrap("Pod", spec, name="p", ns="team")]) == [
+        "Pod/team/p: spec.containers[0].env[0]: expected a mapping, got string",
+        "Pod/team/p: spec.containers[0].resources.limits: expected a mapping, got list",
+    ]
+
+
+JSON_VALUES = [None, True, 3, 2.5, "x", ["x", 2], {"x": [1]}]
+PYTHON_TEXT = (
+    "object has no attribute",
+    "not iterable",
+    "unhashable",
+    "NoneType",
+    "_AnsibleTagged",
+    "Traceback",
+)
+
+
+def _paths(value, path=()):
+    """Every path to a value inside ``value`` (mappings and lists), the root excluded."""
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, child in items:
+        yield (*path, key)
+        yield from _paths(child, (*path, key))
+
+
+def _replaced(obj, path, value):
+    obj = copy.deepcopy(obj)
+    cur = obj
+    for key in path[:-1]:
+        cur = cur[key]
+    cur[path[-1]] = value
+    return obj
+
+
+FULL_POD = wrap(
+    "Deployment",
+    pod_spec(
+        container(
+            "a",
+            limits={"nvidia.com/gpu": 1},
+            requests={"nvidia.com/gpu": 1},
+            env={"CUDA_VISIBLE_DEVICES": "0"},
+            env_from=[{"configMapRef": {"name": "c"}, "prefix": "NVIDIA_"}],
+        ),
+        tolerations=[GPU_TOL],
+        runtime_class="nvidia",
+        init=[container("i", env={"NVIDIA_VISIBLE_DEVICES": "all"})],
+    ),
+)
+FULL_POD["spec"]["template"]["spec"]["resourceClaims"] = [{"name": "gpu", "resourceClaimName": "gpu"}]
+FULL_POD["spec"]["template"]["spec"]["containers"][0]["resources"]["claims"] = [{"name": "gpu"}]
+
+
+@pytest.mark.parametrize("path", list(_paths(FULL_POD)), ids=lambda p: ".".join(map(str, p)))
+def test_every_field_of_every_json_type_is_linted_or_refused_by_name(path):
+    """The class behind case 13: any field of a workload, of any JSON type, gives findings or a
+    LintError naming the object and the field; never a Python error."""
+    for value in JSON_VALUES:
+        obj = _replaced(FULL_POD, path, value)
+        try:
+            findings = wl.lint([obj], gpu_taint=True)
+        except wl.LintError as exc:
+            text = str(exc)
+            assert "Deployment/" in text or "?/" in text, (path, value, text)
+            assert not any(p in text for p in PYTHON_TEXT), (path, value, text)
+        else:
+            assert isinstance(findings, list)
+            wl.lint_table(findings)

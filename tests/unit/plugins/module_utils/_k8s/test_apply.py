@@ -159,14 +159,14 @@ def test_check_mode_still_dry_runs_into_a_namespace_that_is_missing_and_not_in_t
     ("objects", "prune", "needle"),
     [
         ([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {}}], [], "objects[0] lacks metadata.name"),
-        ([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": "x"}], [], "objects[0] metadata is a str"),
-        ([{"apiVersion": 1, "kind": "ConfigMap", "metadata": {"name": "a"}}], [], "apiVersion (int)"),
+        ([{"apiVersion": "v1", "kind": "ConfigMap", "metadata": "x"}], [], "objects[0] metadata is a string"),
+        ([{"apiVersion": 1, "kind": "ConfigMap", "metadata": {"name": "a"}}], [], "apiVersion (integer)"),
         (
             [{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "namespace": ["n"]}}],
             [],
             "metadata.namespace (list)",
         ),
-        (["x"], [], "objects[0] is a str, not a mapping"),
+        (["x"], [], "objects[0] is a string, not a mapping"),
         ([namespace("a"), namespace("a")], [], "objects[1] Namespace/a (v1) appears more than once"),
         ([namespace("a")], [{"kind": "DaemonSet"}], "prune[0] needs api_version, label_selector"),
         ([namespace("a")], [{"api_version": "v1", "kind": "X", "label_selector": 3}], "needs label_selector"),
@@ -191,7 +191,7 @@ def test_every_reason_is_given_at_once():
     with pytest.raises(apply.ApplyError) as caught:
         apply.run(FakeApiserver(), objs, prune=[{"kind": "DaemonSet"}])
     assert str(caught.value) == (
-        "nothing was applied: objects[0] lacks metadata.name; objects[1] is a str, not a mapping; "
+        "nothing was applied: objects[0] lacks metadata.name; objects[1] is a string, not a mapping; "
         "prune[0] needs api_version, label_selector as non-empty string(s)"
     )
 

@@ -14,6 +14,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import
     plan_fleet,
     plan_node,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.selectors import SPLIT_KEYS
 
 H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-40GB"
@@ -365,7 +366,7 @@ def test_refuses_unknown_mode_listing_allowed_values():
 
 def test_refuses_unknown_mig_strategy():
     err = refused("gpu-a", facts8(), "device_plugin", {"count": 1}, mig_strategy="all")
-    assert "gpu-a: mig_strategy 'all' is not one of none, single, mixed" in err.errors
+    assert "gpu-a: mig_strategy (gpusplit_mig_strategy) 'all' is not one of none, single, mixed" in err.errors
 
 
 def test_refuses_unknown_uuid():
@@ -585,7 +586,9 @@ def test_refuses_no_selector_and_unknown_keys():
 
 def test_refuses_split_that_is_not_a_mapping():
     err = refused("gpu-a", facts8(), "device_plugin", [2])
-    assert err.errors == ["gpu-a: split: expected a mapping, got [2]"]
+    assert err.errors[0].startswith("gpu-a: split (gpusplit_split): expected a mapping") and err.errors[
+        0
+    ].endswith("got list [2]")
 
 
 def test_refuses_whole_gpu_selection_of_mig_enabled_gpu():
@@ -813,3 +816,89 @@ def test_a_gpu_the_driver_would_not_open_is_excluded_with_its_reason():
         plan_node("gpu-a", facts, "device_plugin", {"count": 8})
     dra_plan = plan_node("gpu-a", facts, "dra", {"count": 2})
     assert any("degraded GPU" in w and "no DeviceTaintRule can name it" in w for w in dra_plan["warnings"])
+
+
+# --------------------------------------------------------------------------------------------
+# issue 18: node names (case 5) and inventory fields of the wrong JSON type (case 12)
+
+
+@pytest.mark.parametrize(
+    ("node_name", "problem"),
+    [
+        ("My_Node!", "it contains '!' 'M' 'N' '_'; only lower-case letters, digits, '-' and '.' are allowed"),
+        ("gpu-a..example", "each part between dots must start and end with a letter or digit"),
+        ("n" * 254, "it has 254 characters, more than 253"),
+        ("", "it is empty"),
+        (7.5, "expected a string, got number"),
+        (True, "expected a string, got boolean"),
+        (["gpu-a"], "expected a string, got list"),
+    ],
+)
+def test_a_node_name_that_kubernetes_refuses_is_refused_before_planning(node_name, problem):
+    """Case 5: gpusplit_node_name is checked as an RFC 1123 subdomain, naming the host and the field."""
+    (msg,) = refused("gpu-a", facts8(), "device_plugin", {"count": 1}, node_name=node_name).errors
+    assert msg.startswith("gpu-a: node_name (gpusplit_node_name) ")
+    assert msg.endswith(problem)
+
+
+def test_a_numeric_node_name_is_a_name():
+    assert plan_node("gpu-a", facts8(), "device_plugin", {"count": 1}, node_name=12345)["node"] == "12345"
+
+
+def test_an_inventory_host_name_used_as_node_name_is_checked_too():
+    """The sibling case 5 does not name: no gpusplit_node_name, and a host name that is no node name."""
+    (msg,) = refused("GPU_A", facts8(), "device_plugin", {"count": 1}).errors
+    assert msg.startswith(
+        "GPU_A: the inventory host name is the node name (gpusplit_node_name is not set), but 'GPU_A' is not"
+    )
+    assert msg.endswith("; set gpusplit_node_name to the node's name")
+    assert plan_node("GPU_A", facts8(), "device_plugin", {"count": 1}, node_name="gpu-a")["node"] == "gpu-a"
+
+
+def test_a_split_given_as_a_list_names_host_field_and_shape():
+    """Case 12: gpusplit_split: [count, 2]."""
+    (msg,) = refused("gpu-a", facts8(), "device_plugin", ["count", 2]).errors
+    assert msg == (
+        "gpu-a: split (gpusplit_split): expected a mapping of one selector to its value, e.g. {count: 2} "
+        "or {host_uuids: [GPU-...]}, got list ['count', 2]"
+    )
+
+
+JSON_VALUES = [None, True, 3, 2.5, "x", ["count", 2], {"x": [1]}]
+PYTHON_TEXT = (
+    "object has no attribute",
+    "not iterable",
+    "unhashable",
+    "NoneType",
+    "_AnsibleTagged",
+    "Traceback",
+)
+FIELDS = {
+    "facts": None,
+    "mode": None,
+    "split": None,
+    "mig_strategy": None,
+    "exclude_unhealthy": None,
+    "node_name": None,
+    **{f"split.{key}": key for key in SPLIT_KEYS},
+}
+
+
+@pytest.mark.parametrize("field", sorted(FIELDS))
+@pytest.mark.parametrize("value", JSON_VALUES, ids=lambda v: type(v).__name__)
+def test_every_fleet_field_of_every_json_type_is_planned_or_refused_by_name(field, value):
+    """The class behind case 12: each inventory field (and each split selector) given each JSON
+    type is planned or refused with the host and the field named; never a Python error."""
+    entry = {"facts": facts8(), "mode": "device_plugin", "split": {"count": 1}}
+    if field.startswith("split."):
+        entry["split"] = {FIELDS[field]: value}
+    else:
+        entry[field] = value
+    try:
+        plan_fleet({"gpu-a": entry})
+    except PlanError as exc:
+        for msg in exc.errors:
+            assert msg.startswith("gpu-a: "), msg
+            assert not any(p in msg for p in PYTHON_TEXT), msg
+        name = field.split(".")[-1] if field.startswith("split.") else field
+        assert any(name in msg for msg in exc.errors) or field == "facts" or value is None, exc.errors

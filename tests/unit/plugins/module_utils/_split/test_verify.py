@@ -201,7 +201,7 @@ def test_a_node_plan_without_what_verify_reads_is_refused_naming_each_field():
     assert err.value.errors == [
         "plan.nodes.n1.node: missing; expected the Kubernetes node name (a string) "
         "(is this a node plan of the gpu_plan role?)",
-        "plan.nodes.n1.kubernetes_uuids: expected a list of GPU UUIDs, got str",
+        "plan.nodes.n1.kubernetes_uuids: expected a list of GPU UUIDs, got string",
         "plan.nodes.n1.excluded: expected a list of GPUs, each with uuid, item 0 has no uuid",
-        "facts.n1: expected a list of GPUs (nvidia_gpus), each a mapping, item 1 is str",
+        "facts.n1: expected a list of GPUs (nvidia_gpus), each a mapping, item 1 is string",
     ]

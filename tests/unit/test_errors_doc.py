@@ -1,0 +1,70 @@
+"""docs/errors.md is what tools/gen_errors_doc.py writes from the code (issue 18): it cannot drift.
+
+After a change to a refusal message: python tools/gen_errors_doc.py
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def generator():
+    spec = importlib.util.spec_from_file_location("gen_errors_doc", ROOT / "tools" / "gen_errors_doc.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+GEN = generator()
+
+
+def test_docs_errors_md_is_generated_from_the_code():
+    text = GEN.render()
+    assert text == GEN.render()  # the same code gives the same page
+    current = (ROOT / "docs" / "errors.md").read_text(encoding="utf-8")
+    assert current == text, "docs/errors.md is out of date: run python tools/gen_errors_doc.py"
+
+
+def test_the_page_lists_refusals_of_every_capability():
+    text = GEN.render()
+    for title, _, _ in GEN.CAPABILITIES:
+        assert f"\n## {title}\n" in text, title
+    assert "\n## Other\n" not in text, "a file with refusals belongs to no capability: add it to CAPABILITIES"
+    # messages of this issue, as the reader sees them
+    assert "- `<host>: node_name (gpusplit_node_name) <node_name> is not a Kubernetes node name" in text
+    assert "- `<at>: <pattern>: <what> (relative paths start at <os.getcwd()>)` (read_manifests)" in text
+    assert "- `<path>: not valid YAML: <_yaml_problem(exc)>` (_read_file)" in text
+
+
+def test_a_message_is_read_from_each_kind_of_site(tmp_path):
+    source = """
+class ThingError(GpusplitError):
+    pass
+
+def check(value, errors):
+    if value is None:
+        raise ThingError(f"value: expected a string, got {type_name(value)}")
+    errors.append(f"{value}: unknown " + "thing")
+    problems = []
+    problems += [f"{item}: bad" for item in value]
+    module.fail_json(msg="nothing to do")
+    raise OtherError(f"not a refusal {value}")
+
+def shape_problem(value):
+    return f"{', '.join(value)} is not a shape"
+"""
+    import ast
+
+    tree = ast.parse(source)
+    collector = GEN.Collector(GEN.refusal_classes({Path("x.py"): tree}))
+    collector.visit(tree)
+    assert collector.found == [
+        ("check", "value: expected a string, got <type>"),
+        ("check", "<value>: unknown thing"),
+        ("check", "<item>: bad"),
+        ("check", "nothing to do"),
+        ("shape_problem", "<value> is not a shape"),
+    ]

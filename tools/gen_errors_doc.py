@@ -1,0 +1,376 @@
+#!/usr/bin/env python3
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Write docs/errors.md: every refusal message of the collection, by capability, from the code.
+
+It reads (never imports) every Python file under plugins/ and collects the messages at the
+places a refusal is made:
+
+* ``raise SomeError(...)`` where ``SomeError`` is ``GpusplitError``, one of its subclasses (found
+  in plugins/ by their bases) or ``AnsibleFilterError``;
+* ``errors.append(...)``, ``problems.append(...)`` (any list called ``errors``, ``problems`` or
+  ``refusals``: the messages a function collects before raising them at once);
+* ``fail_json(msg=...)``;
+* ``problems += [...]`` on such a list, and what a function whose name ends in ``_problem``,
+  ``_problems`` or ``_refusal`` returns (the messages callers add to their lists).
+
+A message is a string, an f-string, a concatenation or a list of them; the values it fills in
+are shown as ``<expression>``. Messages built elsewhere (a variable) are left out. The order is
+that of the code, so the output is the same for the same code.
+
+    python tools/gen_errors_doc.py            # rewrite docs/errors.md
+    python tools/gen_errors_doc.py --check    # exit 1 when docs/errors.md differs
+
+tests/unit/test_errors_doc.py fails when docs/errors.md is not what this writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGINS = ROOT / "plugins"
+DOC = ROOT / "docs" / "errors.md"
+ROOT_ERROR = "GpusplitError"
+OTHER_REFUSALS = {"AnsibleFilterError"}
+LISTS = {"errors", "problems", "refusals"}
+
+# (title, what it covers, path prefixes under plugins/); the first match wins
+CAPABILITIES = (
+    (
+        "GPU discovery",
+        "The module `nvidia_gpu_facts` and the fleet GPU table (`playbooks/discover.yml`).",
+        ("module_utils/_gpu/", "modules/nvidia_gpu_facts.py", "filter/gpu_table.py"),
+    ),
+    (
+        "Planning the split",
+        "The planner (`gpu_plan` role, `playbooks/plan.yml`): the inventory's split variables, node "
+        "names, the GPU facts it reads, the mode table, and the outputs in out/.",
+        (
+            "module_utils/_split/inputs.py",
+            "module_utils/_split/selectors.py",
+            "module_utils/_split/planner.py",
+            "module_utils/_split/modes.py",
+            "plugin_utils/split_table.py",
+            "plugin_utils/fleet_outputs.py",
+            "filter/split.py",
+            "filter/split_modes.py",
+            "filter/fleet.py",
+        ),
+    ),
+    (
+        "Verifying the split",
+        "`fleet_verify` and the `gpu_verify` role: the plan and the facts it compares with the cluster.",
+        ("module_utils/_split/verify.py", "modules/fleet_verify.py"),
+    ),
+    (
+        "Rendering and applying the split",
+        "The split device plugin's objects, node labels and taints, the plugin settings, and "
+        "`cluster_apply` (server-side apply).",
+        (
+            "plugin_utils/render.py",
+            "plugin_utils/settings.py",
+            "module_utils/_k8s/",
+            "modules/cluster_apply.py",
+            "modules/helm_release.py",
+        ),
+    ),
+    (
+        "Host share and container toolkit",
+        "What the `gpu_host` role writes on a host: the host share, the toolkit's config.toml.",
+        (
+            "plugin_utils/host_share.py",
+            "filter/host_share.py",
+            "module_utils/_host/",
+            "modules/nvidia_toolkit_config.py",
+        ),
+    ),
+    (
+        "GPU Operator mode",
+        "The `gpu_operator` role's checks and settings.",
+        ("plugin_utils/gpu_operator", "filter/gpu_operator.py"),
+    ),
+    (
+        "DRA mode",
+        "The DRA driver, its preflight, DeviceTaintRules and isolating a GPU.",
+        ("module_utils/_dra/", "plugin_utils/_dra/", "filter/dra.py", "modules/device_taint_rule.py"),
+    ),
+    (
+        "Feature gates on the control plane",
+        "Static pod manifests, kubeadm-config, k3s/rke2 drop-ins, the gate catalog, the preflight "
+        "and health checks.",
+        (
+            "module_utils/_control_plane/",
+            "plugin_utils/control_plane_detect.py",
+            "filter/control_plane_gates.py",
+            "modules/static_pod_flags.py",
+            "modules/kubeadm_config_flags.py",
+            "modules/rancher_config_dropin.py",
+            "modules/feature_gate_preflight.py",
+            "modules/control_plane_health.py",
+        ),
+    ),
+    (
+        "Diagnosing Pending pods",
+        "`gpu_pending_diagnose` (`playbooks/diagnose.yml`).",
+        ("module_utils/_diagnose/", "modules/gpu_pending_diagnose.py"),
+    ),
+    (
+        "Workloads: lint, admission guard, gang jobs",
+        "`playbooks/guard.yml`'s lint (the manifest files and the manifests), the admission guard's "
+        "settings, gang jobs.",
+        (
+            "plugin_utils/manifest_files.py",
+            "plugin_utils/workload_lint.py",
+            "plugin_utils/workload.py",
+            "filter/workload_lint.py",
+            "filter/workload.py",
+        ),
+    ),
+    (
+        "Every filter",
+        "What any filter says when its arguments are not of the shape it reads.",
+        ("plugin_utils/filter_errors.py", "filter/"),
+    ),
+)
+OTHER = ("Other", "Refusals of files no capability above lists.", ())
+
+
+def capability(rel):
+    for entry in CAPABILITIES:
+        if rel.startswith(entry[2]):
+            return entry
+    return OTHER
+
+
+def python_files():
+    return sorted(p for p in PLUGINS.rglob("*.py") if p.name != "__init__.py")
+
+
+def refusal_classes(trees):
+    """GpusplitError and every class in plugins/ that derives from it (by name), transitively."""
+    bases = {}
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef):
+                bases[node.name] = {
+                    b.id if isinstance(b, ast.Name) else getattr(b, "attr", "") for b in node.bases
+                }
+    found = {ROOT_ERROR}
+    while True:
+        more = {name for name, parents in bases.items() if parents & found} - found
+        if not more:
+            return found | OTHER_REFUSALS
+        found |= more
+
+
+PASS_THROUGH = {"fmt_list", "str", "repr", "sorted", "list", "join"}  # show what they are given
+
+
+def _inner(expr):
+    """The expression a message means, without the formatting calls around it."""
+    while isinstance(expr, ast.Call) and expr.args and _callee(expr) in PASS_THROUGH:
+        expr = expr.args[0]
+    if isinstance(expr, (ast.GeneratorExp, ast.ListComp, ast.SetComp)):
+        return f"{_inner(expr.elt)}, ..."
+    return ast.unparse(expr)
+
+
+def _value(expr):
+    """``<expression>`` for a value a message fills in (calls of type_name read as <type>)."""
+    if isinstance(expr, ast.Call) and getattr(expr.func, "id", "") in ("type_name", "_got"):
+        return "got <type>" if expr.func.id == "_got" else "<type>"
+    return f"<{_inner(expr)}>"
+
+
+def texts(node):
+    """The message(s) ``node`` spells out; [] when it is built elsewhere."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return [node.value]
+    if isinstance(node, ast.JoinedStr):
+        out = ""
+        for part in node.values:
+            if isinstance(part, ast.Constant):
+                out += str(part.value)
+            elif isinstance(part, ast.FormattedValue):
+                out += _value(part.value)
+        return [out]
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        left, right = texts(node.left), texts(node.right)
+        if left or right:
+            return [(left[0] if left else _value(node.left)) + (right[0] if right else _value(node.right))]
+    if isinstance(node, (ast.List, ast.Tuple)):
+        return [t for item in node.elts for t in texts(item)]
+    if isinstance(node, ast.ListComp):
+        return texts(node.elt)
+    if isinstance(node, ast.IfExp):
+        return texts(node.body) + texts(node.orelse)
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "prefixed":
+        inner = texts(node.args[0]) if node.args else []
+        return [f"{inner[0]}<message>" if inner else "<prefix><message>"]
+    return []
+
+
+def _callee(call):
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def _list_name(func):
+    """The name of the list a ``x.append``/``x.y.append`` call adds to."""
+    target = func.value
+    return target.attr if isinstance(target, ast.Attribute) else getattr(target, "id", "")
+
+
+class Collector(ast.NodeVisitor):
+    """(function, message) at each refusal site of one file, in the order of the code."""
+
+    def __init__(self, refusals):
+        self.refusals = refusals
+        self.scope = []
+        self.found = []
+
+    def _add(self, node):
+        where = ".".join(self.scope) or "(module)"
+        for text in texts(node):
+            text = " ".join(text.split())
+            if text:
+                self.found.append((where, text))
+
+    def visit_FunctionDef(self, node):
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_ClassDef(self, node):
+        self.scope.append(node.name)
+        self.generic_visit(node)
+        self.scope.pop()
+
+    def visit_Raise(self, node):
+        exc = node.exc
+        if isinstance(exc, ast.Call) and _callee(exc) in self.refusals and exc.args:
+            self._add(exc.args[0])
+        elif isinstance(exc, ast.Call) and _callee(exc) == "prefixed":
+            self._add(exc)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node):
+        if isinstance(node.op, ast.Add) and getattr(node.target, "id", "") in LISTS:
+            self._add(node.value)
+        self.generic_visit(node)
+
+    def visit_Return(self, node):
+        function = self.scope[-1] if self.scope else ""
+        if node.value is not None and function.endswith(("_problem", "_problems", "_refusal")):
+            self._add(node.value)
+        self.generic_visit(node)
+
+    def visit_Call(self, node):
+        func = node.func
+        if (
+            isinstance(func, ast.Attribute)
+            and func.attr == "append"
+            and _list_name(func) in LISTS
+            and node.args
+        ):
+            self._add(node.args[0])
+        elif _callee(node) == "fail_json":
+            for kw in node.keywords:
+                if kw.arg == "msg":
+                    self._add(kw.value)
+        self.generic_visit(node)
+
+
+def collect():
+    """{capability entry: {relative path: [(function, message), ...]}}."""
+    trees = {p: ast.parse(p.read_text(encoding="utf-8"), str(p)) for p in python_files()}
+    refusals = refusal_classes(trees)
+    out = {}
+    for path, tree in trees.items():
+        collector = Collector(refusals)
+        collector.visit(tree)
+        seen, messages = set(), []
+        for where, text in collector.found:
+            if (where, text) not in seen:
+                seen.add((where, text))
+                messages.append((where, text))
+        if messages:
+            rel = path.relative_to(PLUGINS).as_posix()
+            out.setdefault(capability(rel), {})[rel] = messages
+    return out
+
+
+def _code(text):
+    fence = "``" if "`" in text else "`"
+    pad = " " if fence == "``" else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def render():
+    found = collect()
+    total = sum(len(m) for files in found.values() for m in files.values())
+    lines = [
+        "# Refusals",
+        "",
+        "<!-- Generated by tools/gen_errors_doc.py from the code; do not edit by hand.",
+        "     Regenerate: python tools/gen_errors_doc.py (tests/unit/test_errors_doc.py checks it). -->",
+        "",
+        "Every message gpusplit refuses bad input with, by capability, as the code spells it. `<...>`",
+        "stands for the value the message fills in: the host, file, field or object it names, the value",
+        "given (`<type>`: its JSON type - null, boolean, integer, number, string, list, mapping).",
+        "",
+        "How a refusal reaches you: a module fails with `msg` (`<title> refused:` and one `- message`",
+        "line each when there are several) and `errors` (every message); a filter stops the task with",
+        "`<title> refused:` and the same lines; a role's argument spec names the variable first. A run",
+        "stops with every reason at once and before anything is changed. Python's own error text never",
+        "reaches you: a filter that fails inside names its arguments' shapes instead (see *Every filter*).",
+        "",
+        f"{total} messages in {sum(len(files) for files in found.values())} files.",
+        "",
+    ]
+    order = [*CAPABILITIES, OTHER]
+    lines += ["## Capabilities", ""]
+    lines += [f"- [{entry[0]}](#{_anchor(entry[0])})" for entry in order if entry in found]
+    lines.append("")
+    for entry in order:
+        files = found.get(entry)
+        if not files:
+            continue
+        title, what, _ = entry
+        lines += [f"## {title}", "", what, ""]
+        for rel, messages in sorted(files.items()):
+            lines += [f"### plugins/{rel}", ""]
+            for where, text in messages:
+                lines.append(f"- {_code(text)} ({where})")
+            lines.append("")
+    return "\n".join(lines).rstrip("\n") + "\n"
+
+
+def _anchor(title):
+    keep = "".join(c for c in title.lower() if c.isalnum() or c in " -")
+    return keep.replace(" ", "-")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 when docs/errors.md differs")
+    args = parser.parse_args(argv)
+    text = render()
+    if args.check:
+        current = DOC.read_text(encoding="utf-8") if DOC.is_file() else ""
+        if current != text:
+            print("docs/errors.md is out of date: run python tools/gen_errors_doc.py", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(text, encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
