@@ -121,9 +121,12 @@ CAPABILITIES = (
     (
         "Workloads: lint, admission guard, gang jobs",
         "`playbooks/guard.yml`'s lint (the manifest files and the manifests), the admission guard's "
-        "settings, gang jobs.",
+        "settings and policies (DRA claims, privileged pods), the privileged-pod report, gang jobs.",
         (
             "plugin_utils/manifest_files.py",
+            "plugin_utils/admission_guard.py",
+            "plugin_utils/guard_report.py",
+            "filter/admission_guard.py",
             "plugin_utils/workload_lint.py",
             "plugin_utils/workload.py",
             "filter/workload_lint.py",

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import yaml
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import (
     matches_node,
     node_taints,
@@ -180,8 +180,40 @@ def privileged_report(
     }
 
 
+REPORT_FIELDS = {
+    "default_level": str,
+    "default_source": str,
+    "split_nodes": list,
+    "namespaces": list,
+    "workloads": list,
+}
+
+
+def _check_report(report):
+    """Refuse anything but a report of privileged_report's shape, naming what is wrong."""
+    if not isinstance(report, dict):
+        raise GuardReportError(
+            f"the guard report must be a mapping (what guard_privileged_report returns), got {type_name(report)}"
+        )
+    problems = []
+    for field, kind in REPORT_FIELDS.items():
+        if field not in report:
+            problems.append(f"the guard report has no '{field}'")
+        elif not isinstance(report[field], kind):
+            problems.append(
+                f"the guard report's '{field}' must be a {type_name(kind())}, got {type_name(report[field])}"
+            )
+    for key in ("namespaces", "workloads"):
+        for i, item in enumerate(report.get(key) if isinstance(report.get(key), list) else []):
+            if not isinstance(item, dict):
+                problems.append(f"the guard report's {key}[{i}] must be a mapping, got {type_name(item)}")
+    if problems:
+        raise GuardReportError(problems)
+
+
 def report_table(report):
     """The report as lines for a person."""
+    _check_report(report)
     lines = [f"Pod Security default (enforce): {report['default_level']} ({report['default_source']})"]
     lines.append(
         f"split nodes: {', '.join(report['split_nodes']) or 'none (no node labelled gpusplit.io/split=true)'}"
