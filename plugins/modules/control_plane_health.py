@@ -80,6 +80,8 @@ options:
     description: Seconds one HTTP request may take.
     type: float
     default: 5
+requirements:
+  - PyYAML (python3-yaml) on the managed host, to read O(kubeconfig)
 extends_documentation_fragment:
   - gpusplit.k8s.attributes.check_mode_no_diff
 author:
@@ -158,6 +160,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.health
     probe_discovery,
     resolve_endpoints,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.module_io import run_module
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
 
 DISCOVERY = "kube-apiserver discovery"
@@ -287,7 +290,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    module.exit_json(**run(module))
+    run_module(module, run)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,8 @@ description:
     stop a component of O(version), for example C(GangScheduling) on 1.37 (removed, merged into
     C(GenericWorkload)) or C(scheduling.k8s.io/v1alpha2) (not served by 1.37).
   - Changes nothing. Fails when anything would stop a component, unless O(fail_on_error=false).
+  - Refuses a check that would read nothing (no gates and no flags to look at, a mistyped
+    directory, a file that is not there), naming the option and the path.
 options:
   version:
     description: The Kubernetes version to check against (the upgrade target, or the running one).
@@ -32,16 +34,21 @@ options:
     description:
       - Directory holding C(kube-apiserver.yaml), C(kube-scheduler.yaml) and
         C(kube-controller-manager.yaml).
+      - Refused when it is empty, no directory (a mistyped path), or holds none of the three; a check
+        that reads nothing must not pass. A missing one of the three is a warning.
     type: path
   rancher_config_files:
     description:
       - k3s/rke2 C(config.yaml) followed by its C(config.yaml.d/*.yaml) drop-ins, in the order k3s reads
-        them (file-name order). Missing files are skipped.
+        them (file-name order). A missing file is skipped (k3s runs without C(config.yaml)); when none
+        of them exists the module warns that it saw no k3s/rke2 config file.
     type: list
     elements: path
     default: []
   kubelet_config:
-    description: A KubeletConfiguration file whose C(featureGates) are checked as component C(kubelet).
+    description:
+      - A KubeletConfiguration file whose C(featureGates) are checked as component C(kubelet). Refused
+        when it does not exist or cannot be read.
     type: path
   current_flags:
     description:
@@ -58,6 +65,8 @@ options:
     description: Fail when a requested gate or a current flag would stop a component of O(version).
     type: bool
     default: true
+requirements:
+  - PyYAML (python3-yaml) on the host the module runs on
 extends_documentation_fragment:
   - gpusplit.k8s.attributes.check_mode_no_diff
 author:
@@ -157,46 +166,97 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates 
     CatalogError,
     supported_minor,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.module_io import (
+    read_file,
+    run_module,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.rancher import (
     rancher_component_flags,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.static_pod import parse_static_pod
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.yaml_text import load_map
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import read_text
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+
+
+def _manifests_flags(module: AnsibleModule, directory: str) -> dict:
+    """The flags of the static-pod manifests in ``directory``; a directory that holds none is refused."""
+    if not directory:
+        raise GpusplitError(
+            "manifests_dir is empty; give the static-pod manifest directory (e.g. /etc/kubernetes/manifests) "
+            "or leave the option out"
+        )
+    if not os.path.isdir(directory):
+        raise GpusplitError(
+            f"manifests_dir {directory} is not a directory (mistyped?); give the static-pod manifest "
+            "directory, e.g. /etc/kubernetes/manifests"
+        )
+    flags: dict[str, dict] = {}
+    missing = []
+    for component in CONTROL_PLANE:
+        path = os.path.join(directory, f"{component}.yaml")
+        if not os.path.isfile(path):
+            missing.append(f"{component}.yaml")
+            continue
+        try:
+            pod = parse_static_pod(read_file(path))
+        except FlagEditError as exc:
+            raise exc.prefixed(f"{path}: ") from None
+        flags[component] = {"feature_gates": pod["feature_gates"], "runtime_config": pod["runtime_config"]}
+    if not flags:
+        raise GpusplitError(
+            f"manifests_dir {directory} holds none of {', '.join(missing)}, so there is nothing to check; give "
+            "the directory the kubelet reads static pods from (staticPodPath, /etc/kubernetes/manifests with "
+            "kubeadm)"
+        )
+    if missing:
+        module.warn(f"manifests_dir {directory} holds no {', '.join(missing)}; only the others were checked")
+    return flags
+
+
+def _rancher_flags(module: AnsibleModule, paths: list) -> dict:
+    """The flags k3s/rke2 give each component from those of ``paths`` that exist.
+
+    None existing is said (a default k3s install has no config.yaml: it runs with the flags of its
+    command line, which this check cannot see), not passed over in silence.
+    """
+    for path in paths:
+        if not path:
+            raise GpusplitError("rancher_config_files holds an empty path; give config.yaml and its drop-ins")
+    found = [path for path in paths if os.path.isfile(path)]
+    if not found:
+        module.warn(
+            f"rancher_config_files: none of {', '.join(paths)} exists, so no k3s/rke2 config file was checked; "
+            "flags given on the server's command line (its systemd unit) are not seen here"
+        )
+        return {}
+    return rancher_component_flags([read_file(path) for path in found], found)
+
+
+def _kubelet_flags(path: str) -> dict:
+    """The kubelet's gates from its KubeletConfiguration ``path``; a file that is not there is refused."""
+    if not path or not os.path.isfile(path):
+        raise GpusplitError(
+            f"kubelet_config {path or '(empty)'} is not a file; give the kubelet's KubeletConfiguration "
+            "(its --config, /var/lib/kubelet/config.yaml with kubeadm) or leave the option out"
+        )
+    kubelet = load_map(read_file(path), path, of="KubeletConfiguration fields")
+    gates = kubelet.get("featureGates") or {}
+    if not isinstance(gates, dict):
+        raise FlagEditError(
+            f"{path}: featureGates: expected a mapping of gate name to boolean, got {type(gates).__name__}"
+        )
+    return {"kubelet": {"feature_gates": dict(gates), "runtime_config": {}}} if gates else {}
 
 
 def gather_current_flags(module: AnsibleModule) -> dict:
     p = module.params
     flags: dict[str, dict] = {}
-    if p["manifests_dir"]:
-        for component in CONTROL_PLANE:
-            path = os.path.join(p["manifests_dir"], f"{component}.yaml")
-            if not os.path.isfile(path):
-                continue
-            try:
-                pod = parse_static_pod(read_text(path))
-            except FlagEditError as exc:
-                raise exc.prefixed(f"{path}: ") from None
-            flags[component] = {
-                "feature_gates": pod["feature_gates"],
-                "runtime_config": pod["runtime_config"],
-            }
-    rancher = [(path, read_text(path)) for path in p["rancher_config_files"] if os.path.isfile(path)]
-    if rancher:
-        flags.update(rancher_component_flags([t for _p, t in rancher], [path for path, _t in rancher]))
-    if p["kubelet_config"] and os.path.isfile(p["kubelet_config"]):
-        kubelet = load_map(
-            read_text(p["kubelet_config"]), p["kubelet_config"], of="KubeletConfiguration fields"
-        )
-        gates = kubelet.get("featureGates") or {}
-        if not isinstance(gates, dict):
-            raise FlagEditError(
-                f"{p['kubelet_config']}: featureGates: expected a mapping of gate name to boolean, "
-                f"got {type(gates).__name__}"
-            )
-        if gates:
-            flags["kubelet"] = {"feature_gates": dict(gates), "runtime_config": {}}
+    if p["manifests_dir"] is not None:
+        flags.update(_manifests_flags(module, p["manifests_dir"]))
+    if p["rancher_config_files"]:
+        flags.update(_rancher_flags(module, p["rancher_config_files"]))
+    if p["kubelet_config"] is not None:
+        flags.update(_kubelet_flags(p["kubelet_config"]))
     for component, given in (p["current_flags"] or {}).items():
         given = given or {}
         field = f"current_flags.{component}"
@@ -214,14 +274,24 @@ def gather_current_flags(module: AnsibleModule) -> dict:
     return flags
 
 
+SOURCES = ("feature_gates", "manifests_dir", "rancher_config_files", "kubelet_config", "current_flags")
+
+
 def run(module: AnsibleModule) -> dict:
     p = module.params
-    with fail_on_refusal(module):
+    try:
         minor = supported_minor(p["version"])
-        try:
-            current = gather_current_flags(module)
-        except GpusplitError as exc:
-            raise exc.prefixed("cannot read the current control-plane flags: ") from None
+    except CatalogError as exc:
+        raise exc.prefixed("version: ") from None
+    if not any(p[name] or p[name] == "" for name in SOURCES):
+        raise GpusplitError(
+            "nothing to check: give feature_gates (the gates about to be requested) and/or where the current "
+            "flags are (manifests_dir, rancher_config_files, kubelet_config, current_flags)"
+        )
+    try:
+        current = gather_current_flags(module)
+    except GpusplitError as exc:
+        raise exc.prefixed("cannot read the current control-plane flags: ") from None
 
     errors, warnings, runtime_config = validate_gates(
         minor, p["feature_gates"], allow_uncatalogued=p["allow_uncatalogued"]
@@ -276,7 +346,7 @@ def main():
         ),
         supports_check_mode=True,
     )
-    module.exit_json(**run(module))
+    run_module(module, run)
 
 
 if __name__ == "__main__":

@@ -39,17 +39,23 @@ options:
   validate_version:
     description:
       - Check each section's resulting gates against the gpusplit catalog for this Kubernetes version
-        and fail before returning or writing anything that would stop a component. C(auto) reads
-        C(kubernetesVersion) from the ClusterConfiguration.
+        and fail before returning or writing anything that would stop a component.
+      - C(auto) reads C(kubernetesVersion) from the ClusterConfiguration; none there, a label such as
+        C(stable-1), or a version the catalog does not cover is refused (give the version, or turn the
+        check off).
+      - C(off) returns or writes the gates unchecked and warns.
     type: str
+    default: auto
   allow_uncatalogued:
-    description: With O(validate_version), accept gate names outside the gpusplit catalog (as warnings).
+    description: With O(validate_version) on, accept gate names outside the gpusplit catalog (as warnings).
     type: bool
     default: false
   backup:
     description: With O(path), keep a timestamped copy of the file next to it before writing.
     type: bool
     default: false
+requirements:
+  - PyYAML (python3-yaml) on the host the module runs on
 extends_documentation_fragment:
   - gpusplit.k8s.gate_edits
   - gpusplit.k8s.attributes.check_mode_and_diff
@@ -111,6 +117,11 @@ sections:
     apiServer:
       before: {feature_gates: {}, runtime_config: {}}
       after: {feature_gates: {GenericWorkload: true}, runtime_config: {scheduling.k8s.io/v1beta1: "true"}}
+validated_version:
+  description: The Kubernetes minor the result was checked against; null with O(validate_version=off).
+  type: str
+  returned: always
+  sample: "1.37"
 backup_file:
   description: The copy made with O(backup).
   type: str
@@ -126,16 +137,21 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flag_v
     FlagEditError,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gate_preflight import (
-    runtime_config_problems,
-    validate_gates,
+    validate_flag_sets,
+    validation_minor,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import CatalogError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.kubeadm import (
     load_cluster_config,
     merge_cluster_config_flags,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import read_text, write_atomic
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.module_io import (
+    read_file,
+    run_module,
+    warn_unchecked,
+    writing,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import write_atomic
 
 
 def _merge(p: dict, text: str):
@@ -162,54 +178,60 @@ def run(module: AnsibleModule) -> dict:
     path = p["path"]
     if path and not os.path.isfile(path):
         module.fail_json(msg=f"{path} does not exist")
+    what = path or "content"
+    if not path and not (p["content"] or "").strip():
+        raise GpusplitError(
+            "content is empty: give the ClusterConfiguration text (data.ClusterConfiguration of the "
+            "kube-system/kubeadm-config ConfigMap) or a kubeadm config file in path"
+        )
     with fail_on_refusal(module):
-        text = read_text(path) if path else p["content"]
+        text = read_file(path) if path else p["content"]
         try:
             new_text, sections, config = _merge(p, text)
         except FlagEditError as exc:
-            raise exc.prefixed(f"{path or 'content'}: ") from None
-
+            raise exc.prefixed(f"{what}: ") from None
     result = {
         "changed": new_text != text,
         "content": new_text,
         "api_version": str(config.get("apiVersion", "")).rsplit("/", 1)[-1],
         "sections": sections,
     }
-
-    if p["validate_version"]:
-        version = p["validate_version"]
-        if version == "auto":
-            version = config.get("kubernetesVersion")
-            if not version:
-                module.fail_json(
-                    msg="validate_version=auto but the ClusterConfiguration has no kubernetesVersion"
-                )
-        errors = []
-        for component, section in sections.items():
-            errs, warns, _needed = validate_gates(
-                version, section["after"]["feature_gates"], allow_uncatalogued=p["allow_uncatalogued"]
+    with fail_on_refusal(module, **result):
+        found = config.get("kubernetesVersion")
+        try:
+            minor = validation_minor(
+                p["validate_version"],
+                None if found is None else str(found),
+                "the ClusterConfiguration's kubernetesVersion",
             )
-            errors += [f"{component}: {e}" for e in errs]
-            for warning in warns:
-                module.warn(f"{component}: {warning}")
-            if component == "apiServer":
-                try:
-                    problems = runtime_config_problems(version, section["after"]["runtime_config"])
-                except CatalogError as exc:
-                    problems = [("", str(exc))]
-                errors += [f"{component}: {message}" for _key, message in problems]
+        except GpusplitError as exc:
+            raise exc.prefixed(f"{what}: ") from None
+    result["validated_version"] = minor
+    if minor is None:
+        warn_unchecked(module, what, "the control-plane components")
+    else:
+        errors, warnings, _needed = validate_flag_sets(
+            minor,
+            {component: section["after"] for component, section in sections.items()},
+            allow_uncatalogued=p["allow_uncatalogued"],
+            apiserver="apiServer",
+        )
+        for warning in warnings:
+            module.warn(warning)
         if errors:
             module.fail_json(
-                msg="refusing a ClusterConfiguration that would stop the control plane: " + "; ".join(errors),
+                msg=f"{what}: refusing a ClusterConfiguration that would stop the control plane "
+                f"({minor}): " + "; ".join(errors),
+                errors=errors,
                 **result,
             )
-
     if module._diff:
         result["diff"] = {"before": text, "after": new_text}
     if result["changed"] and path and not module.check_mode:
         if p["backup"]:
             result["backup_file"] = module.backup_local(path)
-        write_atomic(module, path, new_text)
+        with fail_on_refusal(module, **result), writing(path):
+            write_atomic(module, path, new_text)
     return result
 
 
@@ -225,7 +247,7 @@ def main():
                 default=["apiServer", "scheduler", "controllerManager"],
             ),
             **GATE_EDIT_ARGS,
-            validate_version=dict(type="str"),
+            validate_version=dict(type="str", default="auto"),
             allow_uncatalogued=dict(type="bool", default=False),
             backup=dict(type="bool", default=False),
         ),
@@ -233,7 +255,7 @@ def main():
         required_one_of=[("content", "path")],
         supports_check_mode=True,
     )
-    module.exit_json(**run(module))
+    run_module(module, run)
 
 
 if __name__ == "__main__":

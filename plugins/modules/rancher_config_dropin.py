@@ -60,6 +60,26 @@ options:
         YAML map holding only control-plane arg keys. Not together with O(feature_gates),
         O(runtime_config), O(remove_feature_gates) or O(remove_runtime_config).
     type: path
+  validate_version:
+    description:
+      - Check the flags every component gets once the drop-in is merged (C(config.yaml) and all
+        drop-ins together) against the gpusplit catalog for this Kubernetes version, and fail before
+        writing anything that would stop a component (unknown or removed gate, locked gate set to the
+        other value, dependency left disabled, a C(--runtime-config) group/version that release does
+        not know).
+      - C(auto) asks the server binary, C(k3s --version) or C(rke2 --version) (after the name of
+        O(config_dir); both are tried for another name); no binary, no version in its output, or a
+        version the catalog does not cover is refused (give the version, or turn the check off).
+      - C(off) writes the gates unchecked and warns.
+      - Not used by the rollbacks (O(restore_from), O(state=absent)).
+    type: str
+    default: auto
+  allow_uncatalogued:
+    description: With O(validate_version) on, accept gate names outside the gpusplit catalog (as warnings).
+    type: bool
+    default: false
+requirements:
+  - PyYAML (python3-yaml) on the managed host
 extends_documentation_fragment:
   - gpusplit.k8s.gate_edits
   - gpusplit.k8s.attributes.check_mode_and_diff
@@ -76,6 +96,7 @@ EXAMPLES = r"""
     runtime_config:
       scheduling.k8s.io/v1beta1: "true"
     backup_dir: /var/lib/gpusplit/backups
+    validate_version: "1.37.2"  # or auto: asks k3s --version
   register: dropin
 
 - name: Put the previous drop-in back
@@ -118,6 +139,18 @@ flags:
   type: dict
   returned: always
   sample: {kube-apiserver: {feature_gates: {GenericWorkload: true}}}
+validated_version:
+  description:
+    - The Kubernetes minor the merged flags were checked against; null with O(validate_version=off)
+      and in the rollbacks.
+  type: str
+  returned: always
+  sample: "1.37"
+validation_warnings:
+  description: Warnings from the catalog check (GA or alpha gates, uncatalogued names).
+  type: list
+  elements: str
+  returned: when the flags were checked
 effective_flags:
   description:
     - Per component, the C(feature_gates) and C(runtime_config) it gets from C(config.yaml) and all
@@ -135,6 +168,19 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flag_v
     FlagEditError,
     gate_edits_given,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gate_preflight import (
+    validate_flag_sets,
+    validation_minor,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.module_io import (
+    backing_up,
+    make_dirs,
+    read_file,
+    remove_file,
+    run_module,
+    warn_unchecked,
+    writing,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.rancher import (
     merge_rancher_dropin,
     parse_rancher_dropin,
@@ -142,14 +188,14 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.ranche
     rancher_dropin_problems,
     rancher_read_order,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     backup_copy,
     file_diff,
     is_inside,
-    read_text,
     write_atomic,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import version_from_version_output
 
 _SUFFIXES = (".yaml", ".yml")
 
@@ -159,13 +205,13 @@ def config_files(config_dir: str) -> list[tuple[str, str]]:
     files = []
     main = os.path.join(config_dir, "config.yaml")
     if os.path.isfile(main):
-        files.append(("config.yaml", read_text(main)))
+        files.append(("config.yaml", read_file(main)))
     dropins = os.path.join(config_dir, "config.yaml.d")
     if os.path.isdir(dropins):
         for entry in sorted(os.listdir(dropins)):
             full = os.path.join(dropins, entry)
             if entry.lower().endswith(_SUFFIXES) and os.path.isfile(full):
-                files.append((f"config.yaml.d/{entry}", read_text(full)))
+                files.append((f"config.yaml.d/{entry}", read_file(full)))
     return rancher_read_order(files)
 
 
@@ -185,14 +231,43 @@ def _backup(module, path: str, backup_dir: str | None, dropin_dir: str) -> str:
         )
     if module.check_mode:
         return ""
-    return backup_copy(path, backup_dir)
+    with backing_up(path, backup_dir):
+        return backup_copy(path, backup_dir)
 
 
 def _write(module, path: str, text: str, existed: bool) -> None:
     if module.check_mode:
         return
-    os.makedirs(os.path.dirname(path), mode=0o755, exist_ok=True)
-    write_atomic(module, path, text, new_file=not existed, mode=0o600)
+    make_dirs(os.path.dirname(path))
+    with writing(path):
+        write_atomic(module, path, text, new_file=not existed, mode=0o600)
+
+
+def server_version(module, config_dir: str) -> tuple[str | None, str]:
+    """``(version, where)``: what ``k3s --version`` / ``rke2 --version`` says, for validate_version=auto.
+
+    The binary is named after ``config_dir`` (``/etc/rancher/k3s`` -> k3s); for another name both
+    are tried. No binary, a failing one or output without a version is a refusal naming it.
+    """
+    base = os.path.basename(os.path.normpath(config_dir))
+    names = [base] if base in ("k3s", "rke2") else ["k3s", "rke2"]
+    for name in names:
+        binary = module.get_bin_path(name, opt_dirs=["/usr/local/bin", "/opt/rke2/bin"])
+        if not binary:
+            continue
+        rc, out, err = module.run_command([binary, "--version"])
+        where = f"the output of {binary} --version"
+        if rc != 0:
+            raise GpusplitError(
+                f"validate_version=auto: {binary} --version failed (exit {rc}: {' '.join((err or out).split())[:200]}); "
+                "give validate_version (e.g. 1.37.2), or validate_version=off to write the gates unchecked"
+            )
+        return version_from_version_output(out), where
+    raise GpusplitError(
+        f"validate_version=auto asks {' or '.join(names)} --version for the Kubernetes version, but no such "
+        "binary is on this host's PATH; give validate_version (e.g. 1.37.2), or validate_version=off to "
+        "write the gates unchecked"
+    )
 
 
 def run(module: AnsibleModule) -> dict:
@@ -215,7 +290,7 @@ def run(module: AnsibleModule) -> dict:
         )
 
     with fail_on_refusal(module):
-        before_text = read_text(path) if existed else ""
+        before_text = read_file(path) if existed else ""
         try:
             previous = _flags_of(before_text, path) if existed else {}
         except FlagEditError as exc:
@@ -237,7 +312,7 @@ def run(module: AnsibleModule) -> dict:
             )
         result["restored_from"] = source
         with fail_on_refusal(module, **result):
-            after_text = read_text(source)
+            after_text = read_file(source, f"restore_from {source}")
             result["flags"] = _flags_of(after_text, f"restore_from {source}")
     else:
         with fail_on_refusal(module, **result):
@@ -267,6 +342,29 @@ def run(module: AnsibleModule) -> dict:
         result["effective_flags"] = rancher_component_flags(
             [t for _n, t in ordered], [n for n, _t in ordered]
         )
+    result["validated_version"] = None
+    if p["state"] == "present" and not p["restore_from"]:
+        with fail_on_refusal(module, **result):
+            text = str(p["validate_version"] or "auto").strip().lower()
+            found, where = server_version(module, p["config_dir"]) if text == "auto" else (None, "")
+            minor = validation_minor(p["validate_version"], found, where)
+        result["validated_version"] = minor
+        if minor is None:
+            warn_unchecked(module, path, "the k3s/rke2 server")
+        else:
+            errors, warnings, _needed = validate_flag_sets(
+                minor, result["effective_flags"], allow_uncatalogued=p["allow_uncatalogued"]
+            )
+            result["validation_warnings"] = warnings
+            for warning in warnings:
+                module.warn(warning)
+            if errors:
+                module.fail_json(
+                    msg=f"{path}: refusing flags that would stop the k3s/rke2 server ({minor}), nothing was "
+                    "written: " + "; ".join(errors),
+                    errors=errors,
+                    **result,
+                )
 
     if after_text is None:
         result["changed"] = existed
@@ -290,7 +388,7 @@ def run(module: AnsibleModule) -> dict:
     if module.check_mode:
         return result
     if after_text is None:
-        os.unlink(path)
+        remove_file(path)
     else:
         _write(module, path, after_text, existed)
     return result
@@ -306,10 +404,12 @@ def main():
             header=dict(type="str"),
             backup_dir=dict(type="path"),
             restore_from=dict(type="path"),
+            validate_version=dict(type="str", default="auto"),
+            allow_uncatalogued=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )
-    module.exit_json(**run(module))
+    run_module(module, run)
 
 
 if __name__ == "__main__":

@@ -47,10 +47,15 @@ options:
         writing and fail on anything that would stop the component (unknown or removed gate, locked
         gate set to the other value, dependency left disabled). For kube-apiserver also check that
         C(--runtime-config) names only group/versions that release knows.
-      - C(auto) takes the version from the manifest's image tag.
+      - C(auto) takes the version from the manifest's image tag; a tag without a version, or a version
+        the catalog does not cover, is refused (give the version, or turn the check off).
+      - C(off) writes the gates unchecked and warns; a gate the running version does not know stops
+        the component at start.
+      - Not used with O(restore_from), which puts a backup back unchecked.
     type: str
+    default: auto
   allow_uncatalogued:
-    description: With O(validate_version), accept gate names outside the gpusplit catalog (as warnings).
+    description: With O(validate_version) on, accept gate names outside the gpusplit catalog (as warnings).
     type: bool
     default: false
   container:
@@ -65,8 +70,10 @@ options:
         C(remote_src) leaves a C(tmpXXXXXX) file there while it works).
       - The file must hold a static Pod of the same component as O(path), if O(path) exists.
         Not together with O(feature_gates), O(runtime_config), O(remove_feature_gates),
-        O(remove_runtime_config) or O(validate_version).
+        O(remove_runtime_config) or a version in O(validate_version).
     type: path
+requirements:
+  - PyYAML (python3-yaml) on the managed host
 extends_documentation_fragment:
   - gpusplit.k8s.gate_edits
   - gpusplit.k8s.attributes.check_mode_and_diff
@@ -83,7 +90,6 @@ EXAMPLES = r"""
     runtime_config:
       scheduling.k8s.io/v1beta1: "true"
     backup_dir: /var/backups/gpusplit/manifests
-    validate_version: auto
 
 - name: Drop gates that Kubernetes 1.37 removed, before the upgrade
   gpusplit.k8s.static_pod_flags:
@@ -162,14 +168,19 @@ runtime_config:
   sample: {scheduling.k8s.io/v1beta1: "true"}
 needed_runtime_config:
   description:
-    - With O(validate_version), the C(--runtime-config) entries the resulting gates need on kube-apiserver.
+    - The C(--runtime-config) entries the resulting gates need on kube-apiserver.
   type: dict
-  returned: when validate_version is set
+  returned: when validate_version is not off
 validation_warnings:
   description: Warnings from the catalog check (GA or alpha gates, uncatalogued names).
   type: list
   elements: str
-  returned: when validate_version is set
+  returned: when validate_version is not off
+validated_version:
+  description: The Kubernetes minor the result was checked against; null with O(validate_version=off).
+  type: str
+  returned: when not restoring
+  sample: "1.37"
 """
 
 import os
@@ -184,20 +195,26 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flag_v
     gate_edits_given,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gate_preflight import (
-    runtime_config_problems,
-    validate_gates,
+    VALIDATE_OFF,
+    validate_flag_sets,
+    validation_minor,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import CatalogError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.module_io import (
+    backing_up,
+    read_file,
+    run_module,
+    warn_unchecked,
+    writing,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.static_pod import (
     edit_static_pod_manifest,
     parse_static_pod,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     backup_copy,
     file_diff,
     is_inside,
-    read_text,
     write_atomic,
 )
 
@@ -220,7 +237,8 @@ def restore(module: AnsibleModule) -> dict:
     """Put ``restore_from`` back as the manifest ``path``, through a dot-file and a rename."""
     p = module.params
     path, source = p["path"], p["restore_from"]
-    clashing = gate_edits_given(p) + (["validate_version"] if p["validate_version"] else [])
+    explicit = str(p["validate_version"] or "auto").strip().lower() not in ("auto",) + VALIDATE_OFF
+    clashing = gate_edits_given(p) + (["validate_version"] if explicit else [])
     if clashing:
         module.fail_json(msg=f"restore_from puts a whole manifest back; drop {', '.join(clashing)}")
     if not os.path.isfile(source):
@@ -233,7 +251,7 @@ def restore(module: AnsibleModule) -> dict:
             "as a static pod of its own; a backup belongs outside it (backup_dir)"
         )
     with fail_on_refusal(module):
-        text = read_text(source)
+        text = read_file(source, f"restore_from {source}")
         try:
             wanted = parse_static_pod(text, p["container"])
         except FlagEditError as exc:
@@ -241,7 +259,7 @@ def restore(module: AnsibleModule) -> dict:
                 f"restore_from {source} is no static-pod manifest (", "); nothing was changed"
             ) from None
         exists = os.path.isfile(path)
-        before_text = read_text(path) if exists else ""
+        before_text = read_file(path) if exists else ""
     if exists:
         try:
             current = parse_static_pod(before_text, p["container"])["component"]
@@ -274,7 +292,8 @@ def restore(module: AnsibleModule) -> dict:
         result["diff"] = file_diff(before_text, text, path)
     if result["changed"] and not module.check_mode:
         # a new file gets the backup's mode, which kept the manifest's (0600 from kubeadm)
-        write_atomic(module, path, text, new_file=not exists, mode=stat.S_IMODE(os.stat(source).st_mode))
+        with fail_on_refusal(module, **result), writing(path):
+            write_atomic(module, path, text, new_file=not exists, mode=stat.S_IMODE(os.stat(source).st_mode))
     return result
 
 
@@ -286,7 +305,7 @@ def run(module: AnsibleModule) -> dict:
     if not os.path.isfile(path):
         module.fail_json(msg=f"manifest {path} does not exist")
     with fail_on_refusal(module):
-        before_text = read_text(path)
+        before_text = read_file(path)
         try:
             edit = edit_static_pod_manifest(
                 before_text,
@@ -316,31 +335,27 @@ def run(module: AnsibleModule) -> dict:
         "runtime_config": edit["after"]["runtime_config"],
     }
 
-    if p["validate_version"]:
-        version = p["validate_version"]
-        if version == "auto":
-            version = edit["version"]
-            if not version:
-                module.fail_json(
-                    msg=f"{path}: validate_version=auto but the image tag holds no version", **result
-                )
-        errors, warnings, needed = validate_gates(
-            version, edit["after"]["feature_gates"], allow_uncatalogued=p["allow_uncatalogued"]
+    with fail_on_refusal(module, **result):
+        try:
+            minor = validation_minor(
+                p["validate_version"], edit["version"], f"the image tag {edit['image'] or '(none)'!r}"
+            )
+        except GpusplitError as exc:
+            raise exc.prefixed(f"{path}: ") from None
+    result["validated_version"] = minor
+    if minor is None:
+        warn_unchecked(module, path, edit["component"])
+    else:
+        errors, warnings, needed = validate_flag_sets(
+            minor, {edit["component"]: edit["after"]}, allow_uncatalogued=p["allow_uncatalogued"]
         )
-        if edit["component"] == APISERVER:
-            try:
-                errors += [
-                    msg for _key, msg in runtime_config_problems(version, edit["after"]["runtime_config"])
-                ]
-            except CatalogError as exc:
-                errors.append(str(exc))
         result["needed_runtime_config"] = needed
         result["validation_warnings"] = warnings
         for warning in warnings:
             module.warn(warning)
         if errors:
             module.fail_json(
-                msg=f"{path}: refusing a flag set that would stop {edit['component']} {version}: "
+                msg=f"{path}: refusing a flag set that would stop {edit['component']} {minor}: "
                 + "; ".join(errors),
                 errors=errors,
                 **result,
@@ -357,8 +372,11 @@ def run(module: AnsibleModule) -> dict:
     if module.check_mode:
         return result
 
-    result["backup_file"] = backup_copy(path, p["backup_dir"])
-    write_atomic(module, path, edit["text"])
+    with fail_on_refusal(module, **result):
+        with backing_up(path, p["backup_dir"]):
+            result["backup_file"] = backup_copy(path, p["backup_dir"])
+        with writing(path):
+            write_atomic(module, path, edit["text"])
     return result
 
 
@@ -368,14 +386,14 @@ def main():
             path=dict(type="path", required=True),
             **GATE_EDIT_ARGS,
             backup_dir=dict(type="path"),
-            validate_version=dict(type="str"),
+            validate_version=dict(type="str", default="auto"),
             allow_uncatalogued=dict(type="bool", default=False),
             container=dict(type="str"),
             restore_from=dict(type="path"),
         ),
         supports_check_mode=True,
     )
-    module.exit_json(**run(module))
+    run_module(module, run)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,8 @@ No Ansible imports and no I/O. Facts the behaviour rests on (Kubernetes v1.37.2)
 
 from __future__ import annotations
 
+import re
+
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import (
     CatalogError,
     parse_bool,
@@ -118,14 +120,85 @@ def merge_map(existing: dict, updates: dict | None, remove=()) -> dict:
     return merged
 
 
+# Every gate name of every covered release is letters and digits (gate_data.py); --runtime-config keys
+# are group/versions (``scheduling.k8s.io/v1beta1``, ``api/all``) and their values booleans.
+_GATE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9]*\Z")
+_RUNTIME_CONFIG_KEY = re.compile(r"[A-Za-z0-9][A-Za-z0-9./_-]*\Z")
+_RUNTIME_CONFIG_VALUE = re.compile(r"[A-Za-z0-9]*\Z")
+
+
+def _meta_character(text: str) -> str | None:
+    """Why a character of ``text`` would change what it means inside ``--flag=a=x,b=y``, or None."""
+    for char in text:
+        if char == "=":
+            return "'=' separates a name from its value there, so the text after it would become the value"
+        if char == ",":
+            return "',' separates one entry from the next there, so it would write two entries"
+        if char in "\r\n":
+            return "a line break would end the command-line item (and the YAML line) in the middle"
+        if char.isspace():
+            return "the component trims whitespace around entries and a shell splits arguments at it"
+        if char in "\"'`\\":
+            return f"{char!r} is taken literally by the component (no shell or YAML parser removes it)"
+        if not char.isprintable():
+            return f"the control character {char!r} cannot be written into a flag"
+    return None
+
+
+def check_flag_text(kind: str, text: str, pattern, expected: str) -> None:
+    """Refuse ``text`` (a gate name, a runtime-config key or value) that ``pattern`` does not match.
+
+    The message names what it is, quotes it, says which character changes its meaning inside the
+    flag and what a valid one looks like (``expected``).
+    """
+    if pattern.match(text):
+        return
+    if not text:
+        raise FlagEditError(f"empty {kind}: {expected}")
+    reason = _meta_character(text) or "it holds a character that a flag of this kind never carries"
+    raise FlagEditError(f"{kind} {text!r} is refused: {reason}; {expected}")
+
+
 def norm_gates(gates: dict | None) -> dict[str, bool]:
-    """Gate names as strings, values as booleans (Go ParseBool); a non-boolean is a FlagEditError."""
-    return {str(k): _parse_bool(v, k) for k, v in (gates or {}).items()}
+    """Gate names as strings, values as booleans (Go ParseBool).
+
+    A non-boolean value, or a name with a character that would change the flag's meaning (``=``,
+    ``,``, whitespace, quotes, line breaks; Kubernetes gate names are letters and digits), is a
+    FlagEditError, before anything is written.
+    """
+    normed = {}
+    for key, value in (gates or {}).items():
+        name = str(key)
+        check_flag_text(
+            "feature gate name", name, _GATE_NAME, "gate names are letters and digits, e.g. GenericWorkload"
+        )
+        normed[name] = _parse_bool(value, name)
+    return normed
 
 
 def norm_runtime_config(config: dict | None) -> dict[str, str]:
-    """Keys as strings, values as the flag's text (``True`` -> ``"true"``, None -> ``""``)."""
-    return {str(k): _rc_value(v) for k, v in (config or {}).items()}
+    """Keys as strings, values as the flag's text (``True`` -> ``"true"``, None -> ``""``).
+
+    Keys and values with a character that would change the flag's meaning are a FlagEditError.
+    """
+    normed = {}
+    for key, value in (config or {}).items():
+        name = str(key)
+        check_flag_text(
+            "runtime_config key",
+            name,
+            _RUNTIME_CONFIG_KEY,
+            "keys are group/versions such as scheduling.k8s.io/v1beta1, or api/all, api/beta, api/alpha, api/ga",
+        )
+        text = _rc_value(value)
+        check_flag_text(
+            f"runtime_config value of {name}",
+            text,
+            _RUNTIME_CONFIG_VALUE,
+            "values are true or false (or empty for on)",
+        )
+        normed[name] = text
+    return normed
 
 
 # --------------------------------------------------------------------------------------------

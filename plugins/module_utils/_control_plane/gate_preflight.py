@@ -411,3 +411,58 @@ def migrate_runtime_config(runtime_config: dict, target_version, gates: dict | N
                 new[key] = value
                 notes.append(f"added {key}={value}: needed by the enabled gates on {minor}")
     return new, notes
+
+
+#: ``validate_version`` values that turn the check of a flag writer off (explicitly; it warns then).
+VALIDATE_OFF = ("off", "false", "no", "none")
+
+
+def validation_minor(value, found, source: str) -> str | None:
+    """The minor a flag writer checks its result against, or None when ``value`` turns the check off.
+
+    ``value`` is the module's ``validate_version``: ``auto`` (also when None), a version, or one of
+    :data:`VALIDATE_OFF`.  ``auto`` takes ``found``, the version the edited file itself names (a
+    manifest's image tag, a ClusterConfiguration's kubernetesVersion, ``k3s --version``); ``source``
+    says where that was looked for.  A version that is missing, unreadable or not covered by the
+    catalog is one :class:`CatalogError` (the message said once, whatever is checked afterwards).
+    """
+    text = "auto" if value is None else str(value).strip()
+    if text.lower() in VALIDATE_OFF:
+        return None
+    hint = "give validate_version (e.g. 1.37.2), or validate_version=off to write the gates unchecked"
+    if text.lower() == "auto":
+        if not found:
+            raise CatalogError(f"validate_version=auto but {source} names no Kubernetes version; {hint}")
+        try:
+            return supported_minor(found)
+        except CatalogError as exc:
+            raise exc.prefixed(f"validate_version=auto took {found!r} from {source}: ", f"; {hint}") from None
+    try:
+        return supported_minor(text)
+    except CatalogError as exc:
+        raise exc.prefixed("validate_version: ", f"; {hint}") from None
+
+
+def validate_flag_sets(minor: str, flag_sets: dict, *, allow_uncatalogued: bool = False, apiserver=APISERVER):
+    """:func:`validate_gates` and :func:`runtime_config_problems` for every component a writer changes.
+
+    ``flag_sets``: ``{component: {"feature_gates": ..., "runtime_config": ...}}`` as they will be
+    (``apiserver`` is the key of kube-apiserver there, whose runtime-config is checked).  With more
+    than one component each message starts with its key.  Returns ``(errors, warnings,
+    runtime_config needed by kube-apiserver)``.
+    """
+    errors: list[str] = []
+    warnings: list[str] = []
+    needed: dict[str, str] = {}
+    many = len(flag_sets) > 1
+    for component, flags in flag_sets.items():
+        prefix = f"{component}: " if many else ""
+        errs, warns, need = validate_gates(
+            minor, flags.get("feature_gates") or {}, allow_uncatalogued=allow_uncatalogued
+        )
+        if component == apiserver:
+            needed = need
+            errs += [msg for _key, msg in runtime_config_problems(minor, flags.get("runtime_config") or {})]
+        errors += [prefix + e for e in errs]
+        warnings += [prefix + w for w in warns]
+    return errors, warnings, needed

@@ -50,7 +50,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.compon
     CONTROLLER_MANAGER,
     SCHEDULER,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.yaml_text import load_map
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.yaml_text import load_map, read_utf8
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 
 FEATURE_METRIC = "kubernetes_feature_enabled"
@@ -404,13 +404,17 @@ def load_kubeconfig(path: str, context: str | None = None) -> dict:
     kubeconfig's directory, as kubectl does.  Exec and auth-provider plugins are not run: probes need
     a client certificate or a token.
     """
-    try:
-        with open(path, encoding="utf-8") as handle:
-            text = handle.read()
-    except OSError as exc:
-        raise HealthError(f"cannot read kubeconfig {path}: {exc}") from exc
+    text = read_utf8(path, f"kubeconfig {path}", error=HealthError)
     doc = load_map(text, f"kubeconfig {path}", of="kubeconfig fields", error=HealthError)
     base = os.path.dirname(os.path.abspath(path))
+    for section, inner in (("clusters", "cluster"), ("contexts", "context"), ("users", "user")):
+        entries = doc.get(section) or []
+        if not isinstance(entries, list) or any(
+            not isinstance(e, dict) or not isinstance(e.get(inner) or {}, dict) for e in entries
+        ):
+            raise HealthError(
+                f"kubeconfig {path}: {section} must be a list of {{name, {inner}: {{...}}}} entries"
+            )
 
     def named(section, name):
         for entry in doc.get(section) or []:
@@ -441,11 +445,7 @@ def load_kubeconfig(path: str, context: str | None = None) -> dict:
 
     def read_file(key, name):
         name = name if os.path.isabs(name) else os.path.join(base, name)
-        try:
-            with open(name, encoding="utf-8") as handle:
-                return handle.read()
-        except OSError as exc:
-            raise HealthError(f"kubeconfig {path}: cannot read {key} {name}: {exc}") from exc
+        return read_utf8(name, f"{key} {name} (named in kubeconfig {path})", error=HealthError)
 
     def read(data_key, file_key, obj):
         if obj.get(data_key):

@@ -24,6 +24,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.yaml_t
     Editor,
     compose_all,
     ensure_line_end,
+    is_mapping,
     is_scalar,
     is_sequence,
     load,
@@ -35,20 +36,52 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import 
 
 
 def _find_container(doc_node, container: str | None):
+    """``(index, node)`` of the container whose command is edited: ``container``, else the one named
+    like the pod, else the first."""
     _k, spec = mapping_get(doc_node, "spec")
     _k, containers = mapping_get(spec, "containers")
     if not is_sequence(containers) or not containers.value:
         raise FlagEditError("manifest has no spec.containers list")
+    for index, c in enumerate(containers.value):
+        if not is_mapping(c):
+            raise FlagEditError(
+                f"spec.containers[{index}] (line {c.start_mark.line + 1}) is not a mapping with name, "
+                "image and command"
+            )
     _k, meta = mapping_get(doc_node, "metadata")
     _k, pod_name = mapping_get(meta, "name")
     wanted = container or (pod_name.value if is_scalar(pod_name) else None)
-    for c in containers.value:
+    for index, c in enumerate(containers.value):
         _k, cname = mapping_get(c, "name")
         if wanted and is_scalar(cname) and cname.value == wanted:
-            return c
+            return index, c
     if container:
         raise FlagEditError(f"no container named {container!r} in the manifest")
-    return containers.value[0]
+    return 0, containers.value[0]
+
+
+def _command_node(cnode, cname):
+    """The block list of the container's ``command``; a refusal naming the container otherwise."""
+    who = f"container {cname!r}" if cname else "the container"
+    _k, seq = mapping_get(cnode, "command")
+    if seq is None or (is_scalar(seq) and seq.tag.endswith(":null")):
+        raise FlagEditError(
+            f"{who} has no command list; gpusplit edits the flags in spec.containers[].command, where "
+            "kubeadm writes them (the component's binary and its flags, one per item): add it, or put "
+            "back the manifest kubeadm generated"
+        )
+    if not is_sequence(seq):
+        raise FlagEditError(
+            f"{who}: command (line {seq.start_mark.line + 1}) is a single value, not a list; write it "
+            "as a YAML list, the binary and each flag one item"
+        )
+    for item in seq.value:
+        if not is_scalar(item):
+            raise FlagEditError(
+                f"{who}: command holds a non-scalar item on line {item.start_mark.line + 1}; every item "
+                "must be one word of the command line"
+            )
+    return seq
 
 
 def parse_static_pod(text: str, container: str | None = None) -> dict:
@@ -56,26 +89,29 @@ def parse_static_pod(text: str, container: str | None = None) -> dict:
     docs = compose_all(text, "manifest")
     if len(docs) != 1:
         raise FlagEditError(f"expected one YAML document in the manifest, found {len(docs)}")
-    data = load(text)
+    data = load(text, "manifest")
     if not isinstance(data, dict) or data.get("kind") != "Pod":
         raise FlagEditError("not a Pod manifest")
-    node = _find_container(docs[0], container)
+    index, node = _find_container(docs[0], container)
     name_node = mapping_get(node, "name")[1]
-    cname = name_node.value if name_node is not None else None
-    cdata = next(c for c in data["spec"]["containers"] if c.get("name") == cname) if cname else None
-    cdata = cdata or data["spec"]["containers"][0]
-    command = [str(t) for t in (cdata.get("command") or [])]
-    for token in cdata.get("args") or []:
+    cname = str(name_node.value) if is_scalar(name_node) else None
+    _command_node(node, cname)
+    cdata = data["spec"]["containers"][index]
+    command = [str(t) for t in cdata["command"]]
+    args = cdata.get("args") or []
+    for token in args if isinstance(args, list) else [args]:
         if str(token).startswith((f"--{FEATURE_GATES}", f"--{RUNTIME_CONFIG}")):
             raise FlagEditError(
                 f"container {cname!r} passes {str(token).split('=', 1)[0]} in args; only command is edited"
             )
-    image = cdata.get("image") or ""
+    image = cdata.get("image")
+    image = image if isinstance(image, str) else ""
     component = command[0].rsplit("/", 1)[-1] if command else (cname or "")
     flags = command_flags(command)
     return {
         "component": component,
         "container": cname,
+        "index": index,
         "image": image,
         "version": version_from_image(image),
         "command": command,
@@ -167,20 +203,15 @@ def edit_static_pod_manifest(
         return result
 
     doc = compose_all(text, "manifest")[0]
-    cnode = _find_container(doc, container)
-    _k, seq = mapping_get(cnode, "command")
+    _index, cnode = _find_container(doc, container)
+    seq = _command_node(cnode, before["container"])
     editor = Editor(text)
     _edit_sequence(editor, seq, command, new_command, newline_of(text), "spec.containers[].command")
     new_text = editor.apply()
 
-    expected = load(text)
-    for c in expected["spec"]["containers"]:
-        if [str(t) for t in c.get("command") or []] == command and (
-            before["container"] is None or c.get("name") == before["container"]
-        ):
-            c["command"] = new_command
-            break
-    if load(new_text) != expected:
+    expected = load(text, "manifest")
+    expected["spec"]["containers"][before["index"]]["command"] = new_command
+    if load(new_text, "the edited manifest") != expected:
         raise FlagEditError("self-check failed: the edited manifest does not read back as intended")
     after = parse_static_pod(new_text, container)
     result.update(

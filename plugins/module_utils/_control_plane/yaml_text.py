@@ -17,14 +17,25 @@ from __future__ import annotations
 
 import json
 import re
+import traceback
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flag_values import FlagEditError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 
 try:
     import yaml
-except ImportError:  # pragma: no cover - PyYAML ships with ansible-core
+except ImportError:  # PyYAML ships with ansible-core on the controller; a managed host may lack it
     yaml = None
+    #: The traceback of the failed import (None when PyYAML imports), for ``missing_required_lib``.
+    YAML_IMPORT_ERROR = traceback.format_exc()
+else:
+    YAML_IMPORT_ERROR = None
+
+#: How to get PyYAML onto a managed host, said after Ansible's ``missing_required_lib`` text.
+YAML_INSTALL_HINT = (
+    "Install PyYAML for that Python: the python3-yaml package (Debian, Ubuntu, RHEL and derivatives) "
+    "or pip install PyYAML."
+)
 
 
 def require_yaml():
@@ -32,9 +43,53 @@ def require_yaml():
     if yaml is None:
         raise GpusplitError(
             "PyYAML is required to read and edit control-plane YAML files but cannot be imported by this "
-            "Python; install it on the host (python3-yaml, or pip install PyYAML)"
+            "Python. " + YAML_INSTALL_HINT
         )
     return yaml
+
+
+def yaml_problem(exc) -> str:
+    """Where and what a PyYAML error is, in one line: ``line 2, column 1: expected ... (while parsing ...)``.
+
+    PyYAML's own text spans several lines and names the input as ``"<unicode string>"``; the
+    caller names the file.
+    """
+    mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
+    problem = getattr(exc, "problem", None)
+    context = getattr(exc, "context", None)
+    if not problem:
+        text = " ".join(str(exc).split())
+        return f"line {mark.line + 1}, column {mark.column + 1}: {text}" if mark else text
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark else ""
+    return f"{where}{problem}" + (f" ({context})" if context else "")
+
+
+def invalid_yaml(what: str, exc) -> str:
+    """The refusal for a file that is not YAML: the file, where, what, and what to do."""
+    return f"{what} is not valid YAML ({yaml_problem(exc)}); fix the syntax there"
+
+
+def read_utf8(path: str, name: str | None = None, error=GpusplitError) -> str:
+    """The UTF-8 text of the file ``path`` (line endings kept), for a control-plane YAML file.
+
+    What the operating system refuses, and a byte that is no UTF-8, raise ``error`` naming ``name``
+    (default ``path``), where and what to do, never Python's own exception text.
+    """
+    name = name or path
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise error(f"cannot read {name}: {exc.strerror or type(exc).__name__}") from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise error(
+            f"{name} is not UTF-8 text: byte 0x{raw[exc.start]:02x} on line {line}, column {column} is no "
+            "UTF-8 character; save the file as UTF-8 (as kubeadm, k3s and rke2 write it) or put back a backup"
+        ) from None
 
 
 def load_map(text: str | None, what: str, of: str = "options", error=FlagEditError) -> dict:
@@ -49,7 +104,7 @@ def load_map(text: str | None, what: str, of: str = "options", error=FlagEditErr
     try:
         data = yaml_.safe_load(text)
     except yaml_.YAMLError as exc:
-        raise error(f"{what} is not valid YAML: {exc}") from exc
+        raise error(invalid_yaml(what, exc)) from None
     if data is None:
         return {}
     if not isinstance(data, dict):
@@ -57,14 +112,22 @@ def load_map(text: str | None, what: str, of: str = "options", error=FlagEditErr
     return data
 
 
-def load(text: str):
-    """``yaml.safe_load`` of ``text``."""
-    return require_yaml().safe_load(text)
+def load(text: str, what: str = "the text"):
+    """``yaml.safe_load`` of ``text``; invalid YAML is a :class:`FlagEditError` naming ``what``."""
+    yaml_ = require_yaml()
+    try:
+        return yaml_.safe_load(text)
+    except yaml_.YAMLError as exc:
+        raise FlagEditError(invalid_yaml(what, exc)) from None
 
 
-def load_all(text: str) -> list:
-    """Every non-empty document of ``text`` (``yaml.safe_load_all``)."""
-    return [d for d in require_yaml().safe_load_all(text) if d is not None]
+def load_all(text: str, what: str = "the text") -> list:
+    """Every non-empty document of ``text`` (``yaml.safe_load_all``); invalid YAML names ``what``."""
+    yaml_ = require_yaml()
+    try:
+        return [d for d in yaml_.safe_load_all(text) if d is not None]
+    except yaml_.YAMLError as exc:
+        raise FlagEditError(invalid_yaml(what, exc)) from None
 
 
 def _plain_ok(value: str) -> bool:
@@ -133,7 +196,7 @@ def compose_all(text: str, what: str) -> list:
     try:
         return [d for d in yaml_.compose_all(text) if d is not None]
     except yaml_.YAMLError as exc:
-        raise FlagEditError(f"{what} is not valid YAML: {exc}") from exc
+        raise FlagEditError(invalid_yaml(what, exc)) from None
 
 
 def compose_and_load(text: str, what: str) -> list[tuple]:
@@ -147,7 +210,7 @@ def compose_and_load(text: str, what: str) -> list[tuple]:
             if node is not None:
                 pairs.append((node, loader.construct_document(node)))
     except yaml_.YAMLError as exc:
-        raise FlagEditError(f"{what} is not valid YAML: {exc}") from exc
+        raise FlagEditError(invalid_yaml(what, exc)) from None
     finally:
         loader.dispose()
     return pairs

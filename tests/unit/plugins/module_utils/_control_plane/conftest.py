@@ -29,3 +29,23 @@ def k3s_dir(tmp_path):
     directory.mkdir()
     (directory / "config.yaml").write_text("write-kubeconfig-mode: '0600'\nkube-apiserver-arg:\n  - v=2\n")
     return directory
+
+
+@pytest.fixture
+def module_warnings(monkeypatch):
+    """Every ``AnsibleModule.warn`` text of the modules run in the test, in order.
+
+    Read here, not from the result: once anything of the controller is imported into the test
+    process, ansible-core shows module warnings through its Display instead of returning them.
+    """
+    from ansible.module_utils.basic import AnsibleModule
+
+    seen = []
+    original = AnsibleModule.warn
+
+    def record(self, warning, *args, **kwargs):
+        seen.append(str(warning))
+        return original(self, warning, *args, **kwargs)
+
+    monkeypatch.setattr(AnsibleModule, "warn", record)
+    return seen

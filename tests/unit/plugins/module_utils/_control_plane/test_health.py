@@ -17,10 +17,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.errors import AnsibleFilterError
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpusplit.k8s.plugins.filter import control_plane_gates as cpg_filters
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import health
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.rancher import (
     render_rancher_dropin,
@@ -405,12 +403,14 @@ def test_https_get_never_raises_on_network_trouble():
 
 def make_tls(tmp_path):
     """A CA and a serving certificate for DNS name "kubernetes" (not for 127.0.0.1), as kubeadm's."""
+    # a test-only package (the module reads PEM with the ssl module): skipped where a Python lacks it
+    pytest.importorskip("cryptography")
     from cryptography import x509
     from cryptography.hazmat.primitives import hashes, serialization
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.x509.oid import NameOID
 
-    now = datetime.datetime.now(datetime.UTC)
+    now = datetime.datetime.now(datetime.timezone.utc)  # noqa: UP017 - datetime.UTC is Python 3.11+
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "test-ca")])
     ca = (
@@ -572,11 +572,7 @@ def test_module_needs_a_kubeconfig_for_metrics(capsys):
 
 
 # --------------------------------------------------------------------------------------------
-# filters
-
-
-def filters():
-    return cpg_filters.FilterModule().filters()
+# the k3s/rke2 drop-in the role renders (the role's filters are tested in test_cp_filters.py)
 
 
 def test_rancher_dropin_is_deterministic_and_sorted():
@@ -589,42 +585,6 @@ def test_rancher_dropin_is_deterministic_and_sorted():
     assert yaml.safe_load(a)["kube-apiserver-arg+"] == [
         "feature-gates=DRADeviceTaintRules=true,GenericWorkload=true"
     ]
-
-
-def test_detect_and_version_filters():
-    f = filters()
-    assert f["cp_detect"]({"static_pod_manifests": ["kube-apiserver.yaml", "etcd.yaml"]})["kind"] == "kubeadm"
-    assert f["cp_detect"]({"rancher": "rke2"})["kind"] == "rke2"
-    managed = f["cp_detect"]({"node_labels": [{"eks.amazonaws.com/nodegroup": "gpu"}]})
-    assert managed["kind"] == "managed" and "cannot be changed by gpusplit" in managed["message"]
-    manifest = (ROOT / "tests" / "fixtures" / "kubeadm" / "v1beta4" / "kube-apiserver.yaml").read_text()
-    assert f["cp_manifest_version"](manifest) == "1.37.2"
-    assert f["cp_version_output"]("k3s version v1.37.2+k3s1 (abcdef)\ngo version go1.26") == "1.37.2"
-    with pytest.raises(AnsibleFilterError, match="not a Pod manifest"):
-        f["cp_manifest_version"]("kind: Service\n")
-
-
-def test_enabled_api_versions_filter():
-    enabled = filters()["cp_enabled_api_versions"]
-    assert enabled(
-        {"scheduling.k8s.io/v1beta1": "true", "resource.k8s.io/v1beta2": "false", "api/alpha": "true"}
-    ) == ["scheduling.k8s.io/v1beta1"]
-    assert enabled({"scheduling.k8s.io/v1alpha3": True, "x.k8s.io/v1/things": "true"}) == [
-        "scheduling.k8s.io/v1alpha3"
-    ]
-    assert enabled({}) == []
-    # kube-apiserver's reading: no value is on, Go ParseBool otherwise (what it refuses is not on)
-    assert enabled({"a.io/v1": None, "b.io/v1": "", "c.io/v1": "TRUE", "d.io/v1": "tRuE", "e.io/v1": 0}) == [
-        "a.io/v1",
-        "b.io/v1",
-        "c.io/v1",
-    ]
-
-
-def test_component_error_filter_reads_stdout_and_stderr():
-    f = filters()["cp_component_error"]
-    assert f(["", "Error: unknown flag: --runtime-config\n"]) == ["Error: unknown flag: --runtime-config"]
-    assert f(APISERVER_CRASH_LOG, 1)[0].endswith('err="unrecognized feature gate: NoSuchGateForGpusplit"')
 
 
 # --------------------------------------------------------------------------------------------

@@ -286,7 +286,7 @@ def test_rancher_module_refuses_a_dropin_that_a_later_file_undoes(k3s_dir, tmp_p
     assert manifest_dir_names(k3s_dir / "config.yaml.d") == ["90-site.yml"]
 
 
-def test_rancher_module_rollbacks(k3s_dir, tmp_path, capsys):
+def test_rancher_module_rollbacks(k3s_dir, tmp_path, capsys, module_warnings):
     dropin = k3s_dir / "config.yaml.d" / "50-gpusplit-feature-gates.yaml"
     rc, out = run_module(
         rancher_config_dropin.main,
@@ -295,9 +295,14 @@ def test_rancher_module_rollbacks(k3s_dir, tmp_path, capsys):
     )
     assert rc == 0 and out["existed"] is False
     earlier = read(dropin)
+    # a gate no release knows, written unchecked (validate_version=off, as the role's lab bypass does)
     rc, out = run_module(
-        rancher_config_dropin.main, dropin_args(k3s_dir, tmp_path, feature_gates={"NoSuchGate": True}), capsys
+        rancher_config_dropin.main,
+        dropin_args(k3s_dir, tmp_path, feature_gates={"NoSuchGate": True}, validate_version="off"),
+        capsys,
     )
+    assert rc == 0 and out["validated_version"] is None
+    assert any("validate_version=off" in w for w in module_warnings)
     backup = out["backup_file"]
     # put back: the same bytes, through a dot-file; a second restore changes nothing
     restore = {"config_dir": str(k3s_dir), "restore_from": backup, "_ansible_diff": True}

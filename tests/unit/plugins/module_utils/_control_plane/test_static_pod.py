@@ -19,6 +19,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.static
     parse_static_pod,
     version_from_manifest,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import files as host_files
 from ansible_collections.gpusplit.k8s.plugins.modules import (
     static_pod_flags,
 )
@@ -291,14 +292,14 @@ def test_module_restore_puts_the_backup_back_through_a_dot_file(manifests, tmp_p
 
     # the real run: every file that ever appears in the manifest directory starts with a dot
     seen = []
-    real_mkstemp = static_pod_flags.write_atomic.__globals__["tempfile"].mkstemp
+    real_mkstemp = host_files.tempfile.mkstemp
 
     def spy(*a, **kw):
         fd, name = real_mkstemp(*a, **kw)
         seen.append(name)
         return fd, name
 
-    monkeypatch.setattr(static_pod_flags.write_atomic.__globals__["tempfile"], "mkstemp", spy)
+    monkeypatch.setattr(host_files.tempfile, "mkstemp", spy)
     rc, out = run_module(static_pod_flags.main, args, capsys)
     assert rc == 0 and out["changed"] is True and out["restored_from"] == backup
     assert out["previous_feature_gates"] == {"GenericWorkload": True} and out["feature_gates"] == {}
