@@ -51,7 +51,7 @@ extends_documentation_fragment:
   - gpusplit.k8s.attributes.check_mode_and_diff
   - gpusplit.k8s.cluster
 author:
-  - gpusplit team
+  - gpusplit team (!UNKNOWN)
 """
 
 EXAMPLES = r"""

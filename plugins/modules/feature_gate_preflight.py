@@ -70,7 +70,7 @@ requirements:
 extends_documentation_fragment:
   - gpusplit.k8s.attributes.check_mode_no_diff
 author:
-  - gpusplit contributors
+  - gpusplit contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

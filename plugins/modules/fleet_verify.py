@@ -33,7 +33,7 @@ extends_documentation_fragment:
   - gpusplit.k8s.cluster
   - gpusplit.k8s.attributes.check_mode_no_diff
 author:
-  - gpusplit team
+  - gpusplit team (!UNKNOWN)
 """
 
 EXAMPLES = r"""

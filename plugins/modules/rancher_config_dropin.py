@@ -84,7 +84,7 @@ extends_documentation_fragment:
   - gpusplit.k8s.gate_edits
   - gpusplit.k8s.attributes.check_mode_and_diff
 author:
-  - gpusplit contributors
+  - gpusplit contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

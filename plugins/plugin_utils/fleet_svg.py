@@ -123,7 +123,7 @@ def _mode_of(entry, node_plan):
 
 
 def _problem_key(row):
-    entry, node_plan, _ = row
+    entry, node_plan, _unused = row
     verdict = entry.get("verdict")
     rank = VERDICT_ORDER.get(verdict, 2 if verdict else 3)
     return (rank, str(entry.get("name") or node_plan.get("node") or ""))
@@ -138,7 +138,7 @@ def render_fleet_svg(report, plan, title="gpusplit fleet", detail_limit=40, prob
     if len(pairs) > detail_limit:
         return _compact_svg(pairs, title, problem_rows)
     rows = [(entry, plan_, _cells(entry, plan_)) for entry, plan_ in pairs]
-    widest = max([len(c) for _, _, c in rows] + [8])
+    widest = max([len(c) for _unused, _unused2, c in rows] + [8])
     width = max(LABEL_W + widest * (CELL + GAP) + PAD * 2, _legend_width() + PAD)
     height = TOP + max(1, len(rows)) * ROW + PAD
     out = _head(len(rows), _totals(rows), width, height, title)
@@ -159,8 +159,8 @@ def _legend_width():
 def _totals(rows):
     """{share: GPU count} over rows of (entry, node plan, cells)."""
     totals = {s: 0 for s in SHARES}
-    for _, _, cells in rows:
-        for share, _ in cells:
+    for _unused, _unused2, cells in rows:
+        for share, _unused in cells:
             totals[share] += 1
     return totals
 
@@ -202,10 +202,10 @@ def _compact_svg(pairs, title, problem_rows):
     GPU cells are built only for the rows drawn; the totals count every node's GPUs."""
     ok = [(e, p, None) for e, p in pairs if e.get("verdict") == "OK"]
     problems = sorted(((e, p, None) for e, p in pairs if e.get("verdict") != "OK"), key=_problem_key)
-    drawn = [(e, p, _cells(e, p)) for e, p, _ in problems[: max(0, problem_rows)]]
+    drawn = [(e, p, _cells(e, p)) for e, p, _unused in problems[: max(0, problem_rows)]]
     totals = _totals(drawn)
-    for entry, node_plan, _ in problems[len(drawn) :] + ok:
-        for share, _ in _cells(entry, node_plan):
+    for entry, node_plan, _unused in problems[len(drawn) :] + ok:
+        for share, _unused in _cells(entry, node_plan):
             totals[share] += 1
     by_mode = {}
     for entry, node_plan in pairs:
@@ -213,10 +213,10 @@ def _compact_svg(pairs, title, problem_rows):
         verdict = entry.get("verdict") or "not verified"
         counts[verdict] = counts.get(verdict, 0) + 1
     ok_by_mode = {}
-    for entry, node_plan, _ in ok:
+    for entry, node_plan, _unused in ok:
         ok_by_mode.setdefault(_mode_of(entry, node_plan), []).append(entry)
 
-    widest = max([len(c) for _, _, c in drawn] + [8])
+    widest = max([len(c) for _unused, _unused2, c in drawn] + [8])
     grid_w = PAD * 2 + SQUARES_PER_LINE * (SQUARE + SQUARE_GAP)
     width = max(LABEL_W + widest * (CELL + GAP) + PAD * 2, grid_w, _legend_width() + PAD)
     line = 18

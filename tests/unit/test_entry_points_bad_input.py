@@ -156,11 +156,8 @@ def ansible_spec_message(option, msg):
 
 
 MODULES = sorted(m.name for m in pkgutil.iter_modules(module_package.__path__))
-# bad input that still escapes a module owned by another helper: strict, so that the lead removes
-# each entry once that helper's fix is merged
-KNOWN = {
-    ("kubeadm_config_flags", "path"): "fixed by the control-plane/host helper",
-}
+# bad input known to still escape a module, each with its reason: strict, so that a fix removes it
+KNOWN: dict = {}
 
 
 def every_module_option():

@@ -198,7 +198,7 @@ class CatalogError(GpusplitError):
 
 
 def _key(minor: str) -> tuple[int, int]:
-    major, _, mnr = minor.partition(".")
+    major, _unused, mnr = minor.partition(".")
     return int(major), int(mnr)
 
 

@@ -280,13 +280,13 @@ def device_view(driver, device):
     }
     problems = []
     for name, attr in (device.get("attributes") or {}).items():
-        domain, _, short = name.rpartition("/")
+        domain, _unused, short = name.rpartition("/")
         try:
             value["attributes"].setdefault(domain or driver, {})[short] = _attribute_value(name, attr)
         except ValueError as exc:
             problems.append(str(exc))
     for name, cap in (device.get("capacity") or {}).items():
-        domain, _, short = name.rpartition("/")
+        domain, _unused, short = name.rpartition("/")
         raw = (cap or {}).get("value")
         amount = parse_quantity(raw)
         if amount is None:

@@ -122,7 +122,7 @@ def _node_blockers(case, node, table):
             position = rules.FILTERS.index(rule.filter)
             found.extend((position, step, rule.name, detail) for step, detail in rule.blocks(case, node))
     found.sort(key=lambda f: (f[0], f[1]))
-    return [(name, detail) for _, _, name, detail in found]
+    return [(name, detail) for _unused, _unused2, name, detail in found]
 
 
 def _fallback(case, open_nodes):

@@ -234,7 +234,7 @@ def claim_on_node(dra, claim_name, claim_spec, claim_obj, node):
     worst = None
     for request in (claim_spec.get("devices") or {}).get("requests") or []:
         results = [(v, dra.evaluate_variant(v, node, own)) for v in dra.request_variants(request)]
-        if any(r["ok"] for _, r in results):
+        if any(r["ok"] for _unused, r in results):
             continue
         variant, res = results[0] if results else ({"name": request.get("name")}, None)
         if res is None:

@@ -608,4 +608,4 @@ def node_plans(plan):
             errors.append(f"{where}: not a node plan of the gpu_plan role: it {lacks}")
     if errors:
         raise PlanError(errors)
-    return [p for _, p in found]
+    return [p for _unused, p in found]

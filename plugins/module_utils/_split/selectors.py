@@ -73,7 +73,7 @@ def _resolve_mig_picks(host, key, picks, mig_refusal, errors):
     if not picks:
         return []
     if mig_refusal:
-        named = [m["uuid"] for _, ms in picks.values() for m in ms]
+        named = [m["uuid"] for _unused, ms in picks.values() for m in ms]
         what = "is a MIG device" if len(named) == 1 else "are MIG devices"
         errors.append(f"{host}: split.{key}: {fmt_list(named)} {what}; {mig_refusal}")
         return None

@@ -65,7 +65,7 @@ def taint_rule_context(
     """
     check_effect(effect)
     check_purpose(purpose)
-    _, app_name, key = PURPOSES[purpose]
+    _unused, app_name, key = PURPOSES[purpose]
     labels = {
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_NAME: app_name,
