@@ -157,7 +157,7 @@ def wrap(func, refusals=None):
         fallback = f"gpusplit.k8s.{name}"
         try:
             return func(*args, **kwargs)
-        except kinds as exc:  # pylint: disable=catching-non-exception  (a tuple of exception classes)
+        except kinds as exc:  # pylint: disable=catching-non-exception
             title = next(t for k, t in refusals.items() if isinstance(exc, k))
             raise AnsibleFilterError(refusal_text(title or fallback, exc)) from None
         except BUGS as exc:
