@@ -9,6 +9,9 @@ control-plane components from their static-pod manifests in .lab/manifests, rest
 its manifest's command changes and backing off when one crashes, as the kubelet does for static
 pods. Its state is in .lab/state.json, each component's output in .lab/logs/<name>.log.
 
+`up` also starts the lab's SSH host (lab/sshd.py): a real sshd on the lab's address, port
+sshd.PORT, that one host of inventory/lab is reached through; `down` stops it too.
+
 What is simulated, and only this: kwok plays the kubelets of the GPU nodes (heartbeats, leases,
 pod status) and lab.deviceplugin plays the NVIDIA device plugin (what each node advertises as
 nvidia.com/gpu). etcd, kube-apiserver, kube-scheduler and kube-controller-manager are real.
@@ -30,7 +33,7 @@ import urllib.request
 from pathlib import Path
 
 from lab import components as C
-from lab import pki
+from lab import pki, sshd
 
 STATE = C.LAB / "state.json"
 PIDFILE = C.LAB / "supervisor.pid"
@@ -355,6 +358,11 @@ def up(timeout: float = 180.0) -> int:
         )
         log.close()
         print("lab: starting etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
+    try:
+        print(f"lab: {sshd.start()}")
+    except sshd.SshdError as exc:
+        print(f"lab: the SSH host cannot run: {exc}", file=sys.stderr)
+        return 1
     h = wait_healthy(timeout)
     if not h or not all(v["healthy"] for v in h.values()):
         print("lab: not healthy in time:\n" + report_unhealthy(h or health()), file=sys.stderr)
@@ -386,6 +394,7 @@ def down() -> int:
         if str(C.BIN) in cmdline:
             os.kill(child, signal.SIGKILL)
             print(f"lab: killed leftover {name} ({child})")
+    print(f"lab: {sshd.stop()}")
     print("lab: stopped" if pid else "lab: was not running")
     return 0
 
@@ -394,6 +403,7 @@ def status() -> int:
     h = health()
     state = read_state()
     report = {name: {**h.get(name, {}), **state.get(name, {})} for name in ORDER}
+    report["sshd"] = sshd.health()
     print(json.dumps({"supervisor_pid": supervisor_pid(), "components": report}, indent=2))
     return 0 if all(v.get("healthy") for v in report.values()) else 1
 

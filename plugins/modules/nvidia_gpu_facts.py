@@ -56,6 +56,24 @@ options:
         C(<sysfs_root>/bus/pci/devices/<address>/numa_node); NVML reports it itself.
     type: path
     default: /sys
+  timeout:
+    description:
+      - Seconds each C(nvidia-smi) run, and the whole NVML collection (C(nvmlInit) and the GPU queries),
+        may take. A wedged GPU or driver often makes them hang.
+      - Past the limit the command (or the child process that talks to NVML) is killed and the host fails
+        with a message naming the command (or the NVML call) and the limit; the other hosts go on.
+        A hang is never taken for "no driver", and C(auto) does not fall back to C(nvidia-smi) after an
+        NVML hang (it would hang the same way).
+    type: float
+    default: 30
+  fallback_warning:
+    description:
+      - With O(backend=auto), warn on this host when the NVML binding is not importable and C(nvidia-smi)
+        is used instead.
+      - The role C(gpusplit.k8s.gpu_discovery) turns this off and says it once for the whole fleet instead.
+        The result's C(nvml_binding) tells either way.
+    type: bool
+    default: true
 notes:
   - Supports C(check_mode) (the module never changes anything).
   - GPU indices are not stable across reboots; use C(uuid) or C(pci_bus_id) to name a GPU.
@@ -207,14 +225,24 @@ ansible_facts:
       returned: always
       type: str
       sample: nvml
+nvml_binding:
+  description:
+    - Whether the NVML Python binding C(pynvml) imports in the Python that runs the module (C(importable)),
+      that Python (C(python), its C(sys.executable)) and the import error (C(error), null when importable).
+    - Not asked for (C(importable) null) with O(backend=nvidia-smi).
+  returned: always
+  type: dict
+  sample: {importable: false, python: /usr/bin/python3, error: "No module named 'pynvml'"}
 """
 
 import importlib
 import os
+import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import deadline
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import smi as gpu_smi
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.processes import annotate_processes
@@ -231,14 +259,17 @@ ARGUMENT_SPEC = {
     "nvidia_smi_path": {"type": "path"},
     "proc_root": {"type": "path", "default": "/proc"},
     "sysfs_root": {"type": "path", "default": "/sys"},
+    "timeout": {"type": "float", "default": deadline.DEFAULT_TIMEOUT},
+    "fallback_warning": {"type": "bool", "default": True},
 }
 
 
 class HostIO:
     """Everything the module reads from the host, in one place so that tests can replace it."""
 
-    def __init__(self, module):
+    def __init__(self, module, timeout=deadline.DEFAULT_TIMEOUT):
         self.module = module
+        self.timeout = timeout
 
     def import_nvml(self):
         return importlib.import_module("pynvml")
@@ -250,8 +281,8 @@ class HostIO:
         return os.path.isfile(path) and os.access(path, os.X_OK)
 
     def run(self, argv):
-        rc, stdout, stderr = self.module.run_command(argv, environ_update={"LC_ALL": "C"})
-        return rc, stdout, stderr
+        """(rc, stdout, stderr) of ``argv``; GpuTimeout when it takes longer than ``timeout``."""
+        return deadline.run_command(argv, self.timeout, env=dict(os.environ, LC_ALL="C"))
 
     def read_text(self, path):
         try:
@@ -273,6 +304,11 @@ def _empty_facts():
 def _summary(backend, data):
     gpus = data["gpus"]
     via = "NVML" if backend == "nvml" else "nvidia-smi"
+    if not gpus and data.get("missing"):
+        return (
+            f"nvidia-smi --query-gpu reports no GPU, but other nvidia-smi outputs list "
+            f"{len(data['missing'])}: {', '.join(data['missing'])} (see the warning)"
+        )
     if not gpus:
         driver = f" {data['driver_version']}" if data["driver_version"] else ""
         return f"The NVIDIA driver{driver} is loaded but reports no GPU (asked through {via})"
@@ -288,41 +324,63 @@ def _summary(backend, data):
     )
 
 
-def _no_gpu(params, reason, warnings):
+def _no_gpu(params, reason, warnings, binding):
     if params["required"]:
         raise GpuFactsError(f"{reason} (required=true)")
-    return {"changed": False, "msg": reason, "ansible_facts": _empty_facts(), "warnings": warnings}
+    return {
+        "changed": False,
+        "msg": reason,
+        "ansible_facts": _empty_facts(),
+        "warnings": warnings,
+        "nvml_binding": binding,
+    }
+
+
+def _collect_nvml(nvml, timeout):
+    """gpu_nvml.collect in a child process with a deadline (deadline.call_in_child)."""
+    return deadline.call_in_child(
+        lambda progress: gpu_nvml.collect(gpu_nvml.TracedBinding(nvml, progress)),
+        timeout,
+        "NVML (the pynvml binding)",
+    )
 
 
 def gather(params, io):
     """The module's work, with the host behind io. Returns the result; raises GpuFactsError to fail."""
     backend = params["backend"]
+    timeout = deadline.check_timeout(params.get("timeout", deadline.DEFAULT_TIMEOUT))
     warnings = []
     no_driver = []
     data = None
     used = None
+    binding = {"importable": None, "python": sys.executable, "error": None}
 
     if backend in ("auto", "nvml"):
         try:
             nvml = io.import_nvml()
         except ImportError as exc:
+            binding.update(importable=False, error=str(exc))
             if backend == "nvml":
                 raise GpuFactsError(
                     "backend=nvml needs the Python module pynvml (PyPI package nvidia-ml-py) in the Python "
                     f"that runs this module: {exc}"
                 ) from None
-            warnings.append(
-                f"the NVML binding pynvml (nvidia-ml-py) is not importable ({exc}); using nvidia-smi instead"
-            )
+            if params.get("fallback_warning", True):
+                warnings.append(
+                    f"the NVML binding pynvml (nvidia-ml-py) is not importable ({exc}); using nvidia-smi instead"
+                )
         else:
+            binding["importable"] = True
             try:
-                data = gpu_nvml.collect(nvml)
+                data = _collect_nvml(nvml, timeout)
                 used = "nvml"
             except gpu_nvml.NvmlInitError as exc:
                 if backend == "nvml" and not exc.no_driver:
                     raise
                 if backend == "nvml":
-                    return _no_gpu(params, f"No NVIDIA driver on this host: NVML says {exc}", warnings)
+                    return _no_gpu(
+                        params, f"No NVIDIA driver on this host: NVML says {exc}", warnings, binding
+                    )
                 no_driver.append(f"NVML: {exc}")
                 warnings.append(f"NVML is not usable ({exc}); using nvidia-smi instead")
 
@@ -340,13 +398,17 @@ def gather(params, io):
                     "utilities or set nvidia_smi_path"
                 )
             no_driver.append("nvidia-smi: not found on PATH")
-            return _no_gpu(params, "No NVIDIA driver on this host: " + "; ".join(no_driver), warnings)
+            return _no_gpu(
+                params, "No NVIDIA driver on this host: " + "; ".join(no_driver), warnings, binding
+            )
         try:
             data = gpu_smi.collect(io.run, smi, read_text=io.read_text, sysfs_root=params["sysfs_root"])
             used = "nvidia-smi"
         except gpu_smi.SmiNoDriver as exc:
             no_driver.append(f"nvidia-smi: {exc}")
-            return _no_gpu(params, "No NVIDIA driver on this host: " + "; ".join(no_driver), warnings)
+            return _no_gpu(
+                params, "No NVIDIA driver on this host: " + "; ".join(no_driver), warnings, binding
+            )
 
     warnings.extend(data["warnings"])
     annotate_processes(data["gpus"], io.read_text, params["proc_root"])
@@ -358,20 +420,27 @@ def gather(params, io):
     }
     msg = _summary(used, data)
     if not data["gpus"]:
-        result = _no_gpu(params, msg, warnings)
+        result = _no_gpu(params, msg, warnings, binding)
         result["ansible_facts"].update(
             nvidia_driver_version=data["driver_version"],
             nvidia_cuda_driver_version=data["cuda_driver_version"],
             nvidia_gpu_backend=used,
         )
         return result
-    return {"changed": False, "msg": msg, "ansible_facts": facts, "warnings": warnings}
+    return {
+        "changed": False,
+        "msg": msg,
+        "ansible_facts": facts,
+        "warnings": warnings,
+        "nvml_binding": binding,
+    }
 
 
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     with fail_on_refusal(module):
-        result = gather(module.params, HostIO(module))
+        timeout = deadline.check_timeout(module.params["timeout"])
+        result = gather(module.params, HostIO(module, timeout))
     for warning in result.pop("warnings"):
         module.warn(warning)
     module.exit_json(**result)

@@ -34,7 +34,10 @@ options:
     description:
       - Keys to set, each C(key) (top level) or C(table.key) / C(table.subtable.key) (inside a table), with a
         boolean, integer, float, string or list value. Each part must be a bare TOML key.
-      - Types are kept as given; the string V("false") is written as a TOML string, not a boolean.
+      - Types are kept as given. A key the toolkit knows must have the type the toolkit reads it as (boolean,
+        string or list of strings; every key of C([features]) is a boolean), so the string V("false") for
+        C(accept-nvidia-visible-devices-envvar-when-unprivileged) is refused instead of being written as a
+        TOML string that the toolkit would not read as false. Keys it does not know take any of the types above.
       - The default turns off E(NVIDIA_VISIBLE_DEVICES) for unprivileged containers and accepts the device list
         as volume mounts instead (what the device plugin's C(DEVICE_LIST_STRATEGY=volume-mounts) uses).
     type: dict
@@ -61,8 +64,8 @@ options:
     default: present
 notes:
   - Supports check mode and diff mode.
-  - Reads TOML with the standard library's C(tomllib), so the Python that runs the module on the host must
-    be 3.11 or later; an older one refuses with a message naming its version.
+  - Runs on the host's Python 3.8 or later with the standard library only; TOML is read by the collection's
+    own TOML 1.0 reader (C(tomllib) is only in Python 3.11 and later). See docs/hardening.md.
   - The toolkit reads the file for every container it starts; no service needs a restart.
   - Under the GPU Operator the toolkit container keeps its own copy of the file; set the same keys through the
     ClusterPolicy C(toolkit.env) there (C(ACCEPT_NVIDIA_VISIBLE_DEVICES_ENVVAR_WHEN_UNPRIVILEGED),

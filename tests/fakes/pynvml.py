@@ -15,6 +15,8 @@ Fixture keys read here (see tests/fixtures/gpus/*.json):
   gpus[].lost_at_handle                even nvmlDeviceGetHandleByIndex raises GPU_IS_LOST
                                        (nvidia-smi: lost_hidden, no row, only a complaint)
   gpus[].handle_error                  an NVML_ERROR_* name nvmlDeviceGetHandleByIndex raises
+  nvml_hangs_in           NVML functions that never return (nvmlInit, nvmlDeviceGetHandleByIndex), as
+                                       on a wedged GPU whose driver is stuck in an ioctl
   "nvmlDeviceGetHandleByIndex" in gpus[].no_permission / unsupported: the handle call raises
                                        NO_PERMISSION / NOT_SUPPORTED, as libnvidia-ml does for a GPU
                                        it will not open (a lost GPU still gives a handle otherwise)
@@ -23,6 +25,7 @@ Fixture keys read here (see tests/fixtures/gpus/*.json):
 import json
 import os
 import string
+import time
 
 FIXTURE_ENV = "GPUSPLIT_FAKE_NVML_FIXTURE"
 
@@ -257,8 +260,14 @@ def _enabled(word):
 # ---- library --------------------------------------------------------------------------------------
 
 
+def _hang_if_asked(fixture, name):
+    while name in fixture.get("nvml_hangs_in", []):
+        time.sleep(3600)
+
+
 def nvmlInitWithFlags(flags):
     fixture = _load_fixture()
+    _hang_if_asked(fixture, "nvmlInit")
     error = fixture.get("nvml_init_error")
     if error:
         raise NVMLError(globals()[error])
@@ -309,6 +318,7 @@ def nvmlDeviceGetCount():
 
 
 def nvmlDeviceGetHandleByIndex(index):
+    _hang_if_asked(_fixture(), "nvmlDeviceGetHandleByIndex")
     gpus = _gpus()
     if not 0 <= index < len(gpus):
         raise NVMLError(NVML_ERROR_INVALID_ARGUMENT)

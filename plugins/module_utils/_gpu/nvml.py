@@ -367,6 +367,32 @@ def _collect_device(nvml, index, warnings):
     return gpu
 
 
+class TracedBinding:
+    """The binding ``nvml`` with ``progress(name)`` called before each of its ``nvml*`` functions.
+
+    deadline.call_in_child uses it to name the NVML call that hung.
+    """
+
+    def __init__(self, nvml, progress):
+        self._nvml = nvml
+        self._progress = progress
+
+    def __getattr__(self, name):
+        value = getattr(self._nvml, name)
+        if not name.startswith("nvml") or not callable(value):
+            return value
+        progress = self._progress
+
+        def traced(*args, **kwargs):
+            progress(name)
+            return value(*args, **kwargs)
+
+        return traced
+
+    def __dir__(self):
+        return dir(self._nvml)
+
+
 def collect(nvml):
     """Read every GPU through NVML. Returns {driver_version, cuda_driver_version, gpus, warnings}.
 

@@ -109,12 +109,57 @@ def _query_apps(run, smi_path, warnings):
 
 
 def _list_gpus(run, smi_path, warnings):
+    """``nvidia-smi -L``: (listed GPUs {uuid: [MIG devices]}, [(bus id, why)] of GPUs it could not open)."""
     argv = [smi_path, "-L"]
     rc, stdout, stderr = run(argv)
     listed = parse_list_gpus(stdout)
     if rc != 0 and not listed:
         warnings.append(f"{_failure(argv, rc, stdout, stderr)}; MIG device UUIDs and profiles are null")
-    return listed
+    return listed, parse_unopenable_gpus(stdout, stderr)
+
+
+def cross_check(gpus, listed, listed_unopenable, xml):
+    """Warnings when ``-L`` or ``-q -x`` know GPUs that ``--query-gpu`` (the facts) does not.
+
+    ``gpus``: the records built from --query-gpu; ``listed``: {uuid: ...} from -L and the bus ids
+    -L could not open; ``xml``: parse_query_xml's result or None. Each warning names the missing
+    GPUs by bus id (by UUID where no output gives its bus id). Returns (warnings, missing names).
+    """
+    known_bus = {gpu["pci_bus_id"] for gpu in gpus if gpu.get("pci_bus_id")}
+    known_uuid = {gpu["uuid"] for gpu in gpus if gpu.get("uuid")}
+    xml_gpus = (xml or {}).get("gpus", {})
+    bus_of_uuid = {details["uuid"]: bus for bus, details in xml_gpus.items() if details.get("uuid")}
+    counts = {"--query-gpu": len(gpus)}
+    missing = {}
+    if listed or listed_unopenable:
+        counts["-L"] = len(listed) + len({bus for bus, _ in listed_unopenable})
+        for uuid in listed:
+            bus = bus_of_uuid.get(uuid)
+            if uuid not in known_uuid and (bus is None or bus not in known_bus):
+                missing.setdefault(bus or uuid, "-L")
+        for bus, _why in listed_unopenable:
+            if bus not in known_bus:
+                missing.setdefault(bus, "-L")
+    if xml is not None:
+        attached = xml.get("attached_gpus")
+        counts["-q -x"] = attached if attached is not None else len(xml_gpus)
+        for bus in xml_gpus:
+            if bus not in known_bus:
+                missing.setdefault(bus, "-q -x")
+    most = max(counts.values())
+    if most <= len(gpus) and not missing:
+        return [], []
+    said = ", ".join(f"nvidia-smi {what} {count}" for what, count in counts.items())
+    names = sorted(missing)
+    unnamed = most - len(gpus) - len(names)
+    named = ", ".join(names) if names else "none of them named by bus id"
+    if unnamed > 0 and names:
+        named += f" and {unnamed} more not named by any output"
+    return [
+        f"nvidia-smi reports different GPU counts ({said}); the facts have the {len(gpus)} of --query-gpu, "
+        f"missing: {named}. A GPU missing from --query-gpu is often falling off the bus or not initialised: "
+        "check the kernel log (dmesg) for NVIDIA Xid errors and run nvidia-smi by hand"
+    ], names
 
 
 def _query_xml(run, smi_path, warnings):
@@ -168,7 +213,10 @@ def _mig_devices(listed, xml_migs):
 
 
 def collect(run, smi_path, read_text=None, sysfs_root="/sys"):
-    """Read every GPU through nvidia-smi. Returns {driver_version, cuda_driver_version, gpus, warnings}.
+    """Read every GPU through nvidia-smi. Returns {driver_version, cuda_driver_version, gpus, warnings, missing}.
+
+    ``missing``: GPUs (bus ids, else UUIDs) that ``-L`` or ``-q -x`` list but ``--query-gpu`` does not;
+    a warning names them.
 
     Raises SmiNoDriver when nvidia-smi cannot reach a driver, SmiError when it fails outright and
     SmiParseError when it prints something unreadable.
@@ -176,9 +224,15 @@ def collect(run, smi_path, read_text=None, sysfs_root="/sys"):
     warnings = []
     rows, unopenable = _query_gpus(run, smi_path, warnings)
     if rows is None:
-        return {"driver_version": None, "cuda_driver_version": None, "gpus": [], "warnings": warnings}
+        return {
+            "driver_version": None,
+            "cuda_driver_version": None,
+            "gpus": [],
+            "warnings": warnings,
+            "missing": [],
+        }
     apps = _query_apps(run, smi_path, warnings)
-    listed = _list_gpus(run, smi_path, warnings)
+    listed, listed_unopenable = _list_gpus(run, smi_path, warnings)
     xml = _query_xml(run, smi_path, warnings)
     xml_gpus = (xml or {}).get("gpus", {})
 
@@ -216,9 +270,12 @@ def collect(run, smi_path, read_text=None, sysfs_root="/sys"):
         gpus.append(gpu)
     if driver is None and xml:
         driver = xml.get("driver_version")
+    count_warnings, missing = cross_check(gpus, listed, listed_unopenable, xml)
+    warnings.extend(count_warnings)
     return {
         "driver_version": driver,
         "cuda_driver_version": (xml or {}).get("cuda_version"),
         "gpus": sort_gpus(gpus),
         "warnings": warnings,
+        "missing": missing,
     }

@@ -271,7 +271,8 @@ def _xml_int(element, path):
 def parse_query_xml(stdout):
     """`nvidia-smi -q -x` -> the facts --query-gpu has no field for.
 
-    {'driver_version', 'cuda_version', 'gpus': {bus id: {'minor_number', 'mig_devices': {index: {...}}}}}
+    {'driver_version', 'cuda_version', 'attached_gpus' (int or None),
+     'gpus': {bus id: {'minor_number', 'uuid', 'mig_devices': {index: {...}}}}}
     """
     text = (stdout or "").strip()
     try:
@@ -286,6 +287,7 @@ def parse_query_xml(stdout):
     result = {
         "driver_version": _xml_text(root, "driver_version"),
         "cuda_version": None if token_kind(cuda) else cuda,
+        "attached_gpus": _xml_int(root, "attached_gpus"),
         "gpus": {},
     }
     for gpu in root.findall("gpu"):
@@ -303,7 +305,12 @@ def parse_query_xml(stdout):
                 "compute_instance_id": _xml_int(mig, "compute_instance_id"),
                 "memory_total_mib": _xml_int(mig, "fb_memory_usage/total"),
             }
-        result["gpus"][bus_id] = {"minor_number": _xml_int(gpu, "minor_number"), "mig_devices": migs}
+        uuid = _xml_text(gpu, "uuid")
+        result["gpus"][bus_id] = {
+            "minor_number": _xml_int(gpu, "minor_number"),
+            "uuid": uuid if uuid and uuid.startswith("GPU-") else None,
+            "mig_devices": migs,
+        }
     return result
 
 

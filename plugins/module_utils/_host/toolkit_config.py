@@ -16,31 +16,104 @@ re-serialised:
 * otherwise ``key = value`` is appended to the end of the table's section (for top-level keys:
   before the first ``[table]``), or a new ``[table]`` is appended to the file.
 
-The input must parse (``tomllib``), and the output is parsed again and checked to carry every
-requested value before it is returned. No I/O and no Ansible imports.
+The input must parse, and the output is parsed again and checked to carry every requested value
+(and nothing else changed) before it is returned. Parsing uses toml_read.py, a TOML 1.0 reader in
+the standard library only, because managed hosts run Python 3.8 to 3.13 and ``tomllib`` is 3.11+
+(the reason for a reader here rather than a controller-side edit is in docs/hardening.md).
 
-``tomllib`` is in the standard library from Python 3.11 on. This file imports on older Pythons too
-(managed hosts run 3.8+), but editing needs it: without it, every call that parses refuses with a
-TomlEditError that names the Python version.
+Keys the toolkit knows are checked for the type it reads them as (``TOOLKIT_KEY_TYPES``): the string
+``"false"`` for a boolean key would be written as a TOML string, which the toolkit does not read as
+false, so the hardening would silently not apply. No I/O and no Ansible imports.
 """
 
 from __future__ import annotations
 
 import re
-import sys
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-
-try:
-    import tomllib
-except ImportError:  # Python < 3.11
-    tomllib = None
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toml_read
 
 DEFAULT_PATH = "/etc/nvidia-container-runtime/config.toml"
 ENVVAR_WHEN_UNPRIVILEGED = "accept-nvidia-visible-devices-envvar-when-unprivileged"
 AS_VOLUME_MOUNTS = "accept-nvidia-visible-devices-as-volume-mounts"
 # What gpusplit's hardening sets (docs/hardening.md).
 HARDENING_SETTINGS = {ENVVAR_WHEN_UNPRIVILEGED: False, AS_VOLUME_MOUNTS: True}
+
+# The type the toolkit reads each of its keys as (its internal/config package: Config, ContainerCLIConfig,
+# RuntimeConfig, RuntimeHookConfig, CTKConfig; the default file in tests/fixtures/nvidia-container-toolkit).
+# A setting of a key listed here must have that type; keys not listed (newer toolkits) take any value.
+BOOL = "boolean"
+STRING = "string"
+STRING_LIST = "list of strings"
+TOOLKIT_KEY_TYPES = {
+    ENVVAR_WHEN_UNPRIVILEGED: BOOL,
+    AS_VOLUME_MOUNTS: BOOL,
+    "disable-require": BOOL,
+    "supported-driver-capabilities": STRING,
+    "swarm-resource": STRING,
+    "nvidia-container-cli.root": STRING,
+    "nvidia-container-cli.path": STRING,
+    "nvidia-container-cli.environment": STRING_LIST,
+    "nvidia-container-cli.debug": STRING,
+    "nvidia-container-cli.ldcache": STRING,
+    "nvidia-container-cli.load-kmods": BOOL,
+    "nvidia-container-cli.no-pivot": BOOL,
+    "nvidia-container-cli.no-cgroups": BOOL,
+    "nvidia-container-cli.user": STRING,
+    "nvidia-container-cli.ldconfig": STRING,
+    "nvidia-container-runtime.debug": STRING,
+    "nvidia-container-runtime.log-level": STRING,
+    "nvidia-container-runtime.runtimes": STRING_LIST,
+    "nvidia-container-runtime.mode": STRING,
+    "nvidia-container-runtime.modes.csv.mount-spec-path": STRING,
+    "nvidia-container-runtime.modes.cdi.default-kind": STRING,
+    "nvidia-container-runtime.modes.cdi.annotation-prefixes": STRING_LIST,
+    "nvidia-container-runtime.modes.cdi.spec-dirs": STRING_LIST,
+    "nvidia-container-runtime.modes.legacy.cuda-compat-mode": STRING,
+    "nvidia-container-runtime-hook.path": STRING,
+    "nvidia-container-runtime-hook.skip-mode-detection": BOOL,
+    "nvidia-ctk.path": STRING,
+}
+# Every key of these tables is read as a boolean (the toolkit's feature flags).
+BOOL_TABLES = (("features",),)
+
+
+def expected_type(table, name):
+    """The type the toolkit reads ``table.name`` as (BOOL, STRING, STRING_LIST), or None when unknown."""
+    if table in BOOL_TABLES:
+        return BOOL
+    return TOOLKIT_KEY_TYPES.get(".".join((*table, name)))
+
+
+def _has_type(value, kind):
+    if kind == BOOL:
+        return isinstance(value, bool)
+    if kind == STRING:
+        return isinstance(value, str)
+    return isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value)
+
+
+def check_type(key, table, name, value):
+    """Refuse a value of another type than the toolkit reads ``key`` as (TomlEditError naming key and reason)."""
+    kind = expected_type(table, name)
+    if kind is None or _has_type(value, kind):
+        return
+    word = value.strip().lower() if isinstance(value, str) else None
+    if kind == BOOL and word in ("true", "false", "yes", "no", "on", "off"):
+        hint = (
+            f"write {'true' if word in ('true', 'yes', 'on') else 'false'} as a YAML boolean, without quotes"
+        )
+    elif kind == BOOL:
+        hint = "give true or false"
+    elif kind == STRING:
+        hint = "quote the value"
+    else:
+        hint = "give a list of strings"
+    raise TomlEditError(
+        f"setting {key}: {value!r} is a {type(value).__name__}, but the NVIDIA Container Toolkit reads {key} as a "
+        f"{kind}; written as given it would not take effect ({hint})"
+    )
+
 
 _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _BARE_KEY_FULL = re.compile(r"^[A-Za-z0-9_-]+$")
@@ -49,17 +122,6 @@ _WS = " \t"
 
 class TomlEditError(GpusplitError):
     """The file cannot be edited safely (does not parse, bad key or value, ambiguous table)."""
-
-
-def _toml(name="config.toml"):
-    """The ``tomllib`` module; a TomlEditError naming the Python version when this Python lacks it."""
-    if tomllib is None:
-        raise TomlEditError(
-            f"{name}: reading TOML needs Python 3.11 or later (the standard library's tomllib); this host "
-            f"runs Python {sys.version_info[0]}.{sys.version_info[1]}: point ansible_python_interpreter at "
-            "a Python 3.11 or later"
-        )
-    return tomllib
 
 
 # --------------------------------------------------------------------------------------------
@@ -143,11 +205,10 @@ def lookup(data, table, name):
 
 
 def parse(text, name="config.toml"):
-    """``tomllib.loads`` with an error that names the file."""
-    toml = _toml(name)
+    """The parsed TOML ``text``; a TomlEditError naming the file (and line and column) when it is not valid."""
     try:
-        return toml.loads(text)
-    except toml.TOMLDecodeError as exc:
+        return toml_read.loads(text)
+    except toml_read.TomlReadError as exc:
         raise TomlEditError(f"{name} is not valid TOML: {exc}") from None
 
 
@@ -189,9 +250,7 @@ def _parse_key(line, pos, stop_chars):
                     continue
                 buf.append(line[end])
                 end += 1
-            raw = "".join(buf)
-            # decode the escapes the same way TOML does
-            parts.append(_toml().loads(f'k = "{raw}"')["k"])
+            parts.append(toml_read.decode_basic_string("".join(buf)))
             pos = end + 1
         elif ch == "'":
             end = line.index("'", pos + 1)
@@ -333,7 +392,7 @@ def _commented_key(line):
         return None
     try:
         keys, _ = _parse_key(match.group("key") + "=", 0, "=")
-    except ValueError:  # TomlEditError and tomllib.TOMLDecodeError are ValueErrors
+    except ValueError:  # TomlEditError and TomlReadError are GpusplitErrors, hence ValueErrors
         return None
     return keys
 
@@ -480,6 +539,7 @@ def edit_config(text, settings, name="config.toml"):
     parsed = {}
     for key in sorted(settings, key=str):
         table, leaf = split_key(key)
+        check_type(key, table, leaf, settings[key])
         literal = format_value(settings[key], key)
         full = table + (leaf,)
         if full in (p[0] + (p[1],) for p in parsed.values()):

@@ -2,15 +2,22 @@
 # Apache-2.0
 """The one way gpusplit's modules connect to a cluster. Private to the collection.
 
-Options in doc fragment gpusplit.k8s.cluster. The kubernetes client is imported guarded: a module
-calls require_kubernetes() before anything here touches it. A module catches ``API_ERRORS`` (and
+Options in doc fragment gpusplit.k8s.cluster_auth (the action group gpusplit.k8s.cluster). Like
+kubernetes.core: ``kubeconfig`` and ``context`` fall back to K8S_AUTH_KUBECONFIG and
+K8S_AUTH_CONTEXT, then to the kubernetes client's default (KUBECONFIG, else ~/.kube/config).
+
+The kubernetes client is imported guarded: a module calls require_kubernetes() before anything
+here touches it. A module catches ``API_ERRORS`` (and
 nothing wider) around its requests, so that a bug in its own logic is not reported as a failed
 request.
 """
 
 from __future__ import annotations
 
+import os
 import traceback
+
+from ansible.module_utils.basic import env_fallback
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 
@@ -23,6 +30,10 @@ try:
 
     HAS_K8S = True
     K8S_IMPORT_ERROR = None
+
+    class KubeconfigError(GpusplitError, ConfigException):
+        """No usable kubeconfig: a refusal, and what reaching the cluster raises (API_ERRORS)."""
+
     # what reaching the cluster can raise: the API's answers (ApiException, DynamicApiError), a
     # kind the API does not serve, an unusable kubeconfig, the connection (urllib3, sockets, TLS)
     API_ERRORS = (
@@ -38,10 +49,49 @@ except ImportError:  # pragma: no cover - the venv and the collection's requirem
     K8S_IMPORT_ERROR = traceback.format_exc()
     API_ERRORS = (OSError,)
 
+    class KubeconfigError(GpusplitError):
+        """No usable kubeconfig."""
+
+
+# the variables kubernetes.core reads too, so that one setting serves both collections
+KUBECONFIG_ENV = "K8S_AUTH_KUBECONFIG"
+CONTEXT_ENV = "K8S_AUTH_CONTEXT"
+DEFAULT_KUBECONFIG = "~/.kube/config"
+
 CLUSTER_ARGS = {
-    "kubeconfig": {"type": "path"},
-    "context": {"type": "str"},
+    "kubeconfig": {"type": "path", "fallback": (env_fallback, [KUBECONFIG_ENV])},
+    "context": {"type": "str", "fallback": (env_fallback, [CONTEXT_ENV])},
 }
+
+
+def cluster_params(params, environ=None):
+    """``{"kubeconfig", "context"}`` to connect with, after the fallbacks.
+
+    ``kubeconfig``: the option (its argument spec already falls back to K8S_AUTH_KUBECONFIG), else
+    None when KUBECONFIG is set (the client reads that list itself), else ~/.kube/config. A named
+    file that does not exist is refused here, naming where the name came from, before any request.
+    """
+    environ = os.environ if environ is None else environ
+    kubeconfig = params.get("kubeconfig") or environ.get(KUBECONFIG_ENV) or None
+    context = params.get("context") or environ.get(CONTEXT_ENV) or None
+    if kubeconfig:
+        path = os.path.expanduser(str(kubeconfig))
+        if not os.path.isfile(path):
+            raise KubeconfigError(
+                f"kubeconfig {path} does not exist (from the module's kubeconfig option or {KUBECONFIG_ENV}): "
+                "give the path of a kubeconfig file"
+            )
+        return {"kubeconfig": path, "context": context}
+    if environ.get("KUBECONFIG"):
+        return {"kubeconfig": None, "context": context}
+    path = os.path.expanduser(DEFAULT_KUBECONFIG)
+    if not os.path.isfile(path):
+        raise KubeconfigError(
+            f"no kubeconfig: the module's kubeconfig option, {KUBECONFIG_ENV} and KUBECONFIG are not set and "
+            f"{path} does not exist; set one of them (module_defaults for group/gpusplit.k8s.cluster sets it "
+            "once for every cluster module)"
+        )
+    return {"kubeconfig": path, "context": context}
 
 
 def require_kubernetes(module):
@@ -53,12 +103,13 @@ def require_kubernetes(module):
 
 
 def api_client(params):
-    """A kubernetes ApiClient from the module's kubeconfig/context parameters."""
+    """A kubernetes ApiClient from the module's kubeconfig/context parameters (see cluster_params)."""
     if not HAS_K8S:
         raise GpusplitError(
             "the Python library kubernetes is needed to reach the cluster; it is not installed"
         )
-    return config.new_client_from_config(config_file=params.get("kubeconfig"), context=params.get("context"))
+    found = cluster_params(params)
+    return config.new_client_from_config(config_file=found["kubeconfig"], context=found["context"])
 
 
 def error_text(exc):

@@ -249,7 +249,7 @@ def test_gpu_discovery_role_installs_the_binding(tmp_path):
                             "name": "Keep what the module said",
                             "ansible.builtin.copy": {
                                 "content": "{{ {'report': gpu_discovery_report, "
-                                "'warnings': gpu_discovery_result.warnings | default([])} | to_json }}",
+                                "'warnings': gpu_discovery_result_installed.warnings | default([])} | to_json }}",
                                 "dest": f"{reports}/{{{{ inventory_hostname }}}}.json",
                                 "mode": "0644",
                             },
@@ -290,3 +290,115 @@ def test_gpu_discovery_role_installs_the_binding(tmp_path):
     # the module imported the binding: NVML was read, or (no driver here) nvmlInit is what failed
     assert kept["report"]["backend"] == "nvml" or "nvmlInit failed" in kept["report"]["msg"] + warnings
     assert not (reports / "without-pip.json").exists()
+
+
+# --- a fleet: no pip on re-runs, one fallback note, one wedged host -------------------------------
+
+STAND_IN_PIP = FAKES / "pip_standin"
+
+
+def _venv_with_stand_in_pip(path):
+    """A virtual environment without pip whose `python -m pip` is tests/fakes/pip_standin (records calls)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "venv", "--without-pip", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    python = path / "bin" / "python"
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (Path(purelib) / "gpusplit-pip-standin.pth").write_text(f"{STAND_IN_PIP}\n")
+    return python
+
+
+def _pip_calls(venv):
+    log = venv / "pip-calls.log"
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_gpu_discovery_fleet_pip_only_when_asked_and_missing_then_never_again(tmp_path):
+    """Two hosts whose Python lacks the NVML binding, one wedged host whose nvidia-smi hangs:
+    without gpusplit_install_nvml_binding nothing is installed and the nvidia-smi fallback is said once;
+    the wedged host fails on the timeout naming nvidia-smi while the others complete; with the variable,
+    pip runs once per host missing the binding, and a second run makes no pip call at all."""
+    venvs = {name: tmp_path / name for name in ("gpu-a", "gpu-b")}
+    pythons = {name: _venv_with_stand_in_pip(venv) for name, venv in venvs.items()}
+    wedged_fixture = tmp_path / "wedged.json"
+    data = json.loads((FIXTURES / "h200.json").read_text())
+    data["smi_hangs_on"] = "all"
+    wedged_fixture.write_text(json.dumps(data))
+    smi_path = f"{FAKES / 'bin'}{os.pathsep}{os.environ['PATH']}"
+
+    def host(python, fixture):
+        return {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": str(python),
+            "gpusplit_discovery_environment": {"GPUSPLIT_FAKE_NVML_FIXTURE": str(fixture), "PATH": smi_path},
+        }
+
+    inventory = {
+        "all": {
+            "children": {
+                "gpu_nodes": {
+                    "hosts": {
+                        "gpu-a": host(pythons["gpu-a"], FIXTURES / "h200.json"),
+                        "gpu-b": host(pythons["gpu-b"], FIXTURES / "dgx-h100.json"),
+                        "gpu-wedged": host(sys.executable, wedged_fixture),
+                    }
+                }
+            },
+            "vars": {"gpusplit_discovery_timeout": 3, "gpusplit_discovery_proc_root": str(PROC)},
+        }
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    out = tmp_path / "out"
+    base = [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        str(tmp_path / "hosts.yml"),
+        str(ROOT / "playbooks" / "discover.yml"),
+        "-e",
+        f"gpusplit_out_dir={out}",
+    ]
+    env = ansible_env(ANSIBLE_CALLBACK_RESULT_FORMAT="yaml", PYTHONPATH="")
+
+    # 1. not asked to install: no pip, one fleet note, the wedged host fails on its own
+    rc, output = run(base, env)
+    assert rc != 0, output
+    assert all(_pip_calls(venv) == [] for venv in venvs.values())
+    note = "is not importable on 2 host(s), whose GPUs were read with nvidia-smi instead: gpu-a, gpu-b"
+    assert " ".join(output.split()).count(note) == 1, output
+    assert "using nvidia-smi instead" not in output  # no per-host warning
+    assert f"{FAKES / 'bin' / 'nvidia-smi'} --query-gpu=" in output
+    assert "did not finish within 3 s (timeout) and was killed" in output
+    assert re.search(r"gpu-wedged\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=1", output), output
+    for name in ("gpu-a", "gpu-b"):
+        assert re.search(rf"{name}\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", output), output
+    report = json.loads((out / "gpus.json").read_text())
+    assert report["gpu-a"]["backend"] == "nvidia-smi" and len(report["gpu-b"]["gpus"]) == 8
+    assert report["gpu-wedged"]["msg"] == "GPU discovery did not finish on this host"
+
+    # 2. asked to install: pip once per host that lacks the binding, then NVML is read
+    healthy = [*base, "-e", "gpusplit_hosts=gpu-a:gpu-b", "-e", "gpusplit_install_nvml_binding=true"]
+    rc, output = run(healthy, env)
+    assert rc == 0, output
+    for venv in venvs.values():
+        (call,) = _pip_calls(venv)
+        assert call[:2] == ["install", "--disable-pip-version-check"] and call[3].startswith("nvidia-ml-py==")
+    report = json.loads((out / "gpus.json").read_text())
+    assert {report[name]["backend"] for name in venvs} == {"nvml"}
+    assert "not importable" not in output
+
+    # 3. again: the binding imports everywhere, so no host runs pip
+    rc, output = run(healthy, env)
+    assert rc == 0, output
+    assert all(len(_pip_calls(venv)) == 1 for venv in venvs.values())
+    install = output[output.index("TASK [gpusplit.k8s.gpu_discovery : Install the NVML") :]
+    install = install[: install.index("TASK [", 10)]
+    assert "skipping: [gpu-a]" in install and "skipping: [gpu-b]" in install, install

@@ -363,9 +363,7 @@ def test_gpu_module_warnings_reach_the_result(tmp_path):
         **os.environ,
         ENV: str(FIXTURES / "nodriver.json"),
         "PATH": "/nonexistent",
-        "PYTHONPATH": os.pathsep.join(
-            [str(ROOT / "tests" / "fakes"), os.environ["ANSIBLE_COLLECTIONS_PATH"]]
-        ),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "fakes"), *sys.path]),
     }
     proc = subprocess.run(
         [sys.executable, module.__file__, str(args)], capture_output=True, text=True, env=env, timeout=60

@@ -69,7 +69,8 @@ def test_gpu_backends_agree(name, monkeypatch):
     assert [[gpu[key] for key in AGREE] for gpu in nvml_gpus] == [
         [gpu[key] for key in AGREE] for gpu in smi_gpus
     ]
-    for left, right in zip(nvml_gpus, smi_gpus, strict=True):
+    assert len(nvml_gpus) == len(smi_gpus)
+    for left, right in zip(nvml_gpus, smi_gpus):  # noqa: B905 - runs on 3.8+, lengths checked above
         for key in ALSO_AGREE:
             if key == "health":
                 assert left["health"]["status"] == right["health"]["status"], left["uuid"]

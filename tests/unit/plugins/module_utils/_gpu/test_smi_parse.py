@@ -185,11 +185,13 @@ def test_parse_query_xml():
     parsed = sp.parse_query_xml(XML)
     assert parsed["cuda_version"] == "12.8"
     assert parsed["driver_version"] == "570.172.08"
+    assert parsed["attached_gpus"] is None  # not in this excerpt
     assert parsed["gpus"]["00000000:07:00.0"] == {
         "minor_number": 3,
+        "uuid": None,
         "mig_devices": {0: {"gpu_instance_id": 1, "compute_instance_id": 0, "memory_total_mib": 40192}},
     }
-    assert parsed["gpus"]["00000000:0F:00.0"] == {"minor_number": None, "mig_devices": {}}
+    assert parsed["gpus"]["00000000:0F:00.0"] == {"minor_number": None, "uuid": None, "mig_devices": {}}
 
 
 def test_parse_query_xml_garbage():

@@ -8,13 +8,12 @@ import os
 import stat
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host import files
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import files, toml_read
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toolkit_config as tc
 from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_toolkit_config
 from ansible_collections.gpusplit.k8s.tests.unit.textdiff import changed_lines
@@ -23,6 +22,20 @@ ROOT = Path(__file__).resolve().parents[5]
 FIXTURE = ROOT / "tests" / "fixtures" / "nvidia-container-toolkit" / "config.toml"
 ENVVAR = tc.ENVVAR_WHEN_UNPRIVILEGED
 MOUNTS = tc.AS_VOLUME_MOUNTS
+
+
+try:
+    import tomllib as _stdlib_toml
+except ImportError:  # Python < 3.11: only the collection's reader
+    _stdlib_toml = None
+
+
+def read_toml(text):
+    """Parse with the collection's reader and, where the standard library has tomllib, check it agrees."""
+    data = toml_read.loads(text)
+    if _stdlib_toml is not None:
+        assert data == _stdlib_toml.loads(text)
+    return data
 
 
 def generated() -> str:
@@ -34,7 +47,7 @@ def generated() -> str:
 
 
 def test_fixture_is_the_toolkit_layout():
-    data = tomllib.loads(generated())
+    data = read_toml(generated())
     assert ENVVAR not in data and MOUNTS not in data  # both are commented-out defaults
     assert data["nvidia-container-runtime"]["modes"]["cdi"]["spec-dirs"] == ["/etc/cdi", "/var/run/cdi"]
     assert data["nvidia-container-cli"]["ldconfig"] == "@/sbin/ldconfig"
@@ -59,7 +72,7 @@ def test_hardening_uncomments_the_two_defaults_and_nothing_else():
     assert edit["before"] == {ENVVAR: None, MOUNTS: None}
     assert edit["after"] == {ENVVAR: False, MOUNTS: True}
     assert {c["action"] for c in edit["changes"]} == {"uncommented"}
-    parsed = tomllib.loads(edit["text"])
+    parsed = read_toml(edit["text"])
     assert parsed[ENVVAR] is False and parsed[MOUNTS] is True
 
 
@@ -104,7 +117,7 @@ def test_top_level_key_in_a_file_that_starts_with_a_table():
     text = "[nvidia-container-cli]\nload-kmods = true\n"
     edit = tc.edit_config(text, {MOUNTS: True})
     assert edit["text"] == f"{MOUNTS} = true\n\n[nvidia-container-cli]\nload-kmods = true\n"
-    assert tomllib.loads(edit["text"])["nvidia-container-cli"] == {"load-kmods": True}
+    assert read_toml(edit["text"])["nvidia-container-cli"] == {"load-kmods": True}
 
 
 def test_key_inside_a_table_uncomments_the_default_of_that_table():
@@ -112,7 +125,7 @@ def test_key_inside_a_table_uncomments_the_default_of_that_table():
     edit = tc.edit_config(before, {"nvidia-container-cli.no-cgroups": True})
     removed, added = changed_lines(before, edit["text"])
     assert removed == ["#no-cgroups = false\n"] and added == ["no-cgroups = true\n"]
-    assert tomllib.loads(edit["text"])["nvidia-container-cli"]["no-cgroups"] is True
+    assert read_toml(edit["text"])["nvidia-container-cli"]["no-cgroups"] is True
 
 
 def test_same_commented_key_in_another_table_is_not_touched():
@@ -122,7 +135,7 @@ def test_same_commented_key_in_another_table_is_not_touched():
     removed, added = changed_lines(before, edit["text"])
     assert removed == ['#debug = "/var/log/nvidia-container-runtime.log"\n']
     assert added == ['debug = "/var/log/ncr.log"\n']
-    data = tomllib.loads(edit["text"])
+    data = read_toml(edit["text"])
     assert "debug" not in data["nvidia-container-cli"]
 
 
@@ -172,7 +185,7 @@ def test_multiline_array_is_replaced_whole():
 def test_header_lookalikes_inside_strings_are_not_tables():
     text = 'note = """\n[nvidia-container-cli]\nno-cgroups = true\n"""\n[nvidia-container-cli]\nload-kmods = true\n'
     edit = tc.edit_config(text, {"nvidia-container-cli.no-cgroups": False})
-    data = tomllib.loads(edit["text"])
+    data = read_toml(edit["text"])
     assert data["note"] == "[nvidia-container-cli]\nno-cgroups = true\n"
     assert data["nvidia-container-cli"] == {"load-kmods": True, "no-cgroups": False}
 
@@ -199,19 +212,22 @@ def test_bool_is_not_int():
 
 def test_strings_are_escaped():
     edit = tc.edit_config("", {"a": 'say "hi"\\ \n'})
-    assert tomllib.loads(edit["text"])["a"] == 'say "hi"\\ \n'
+    assert read_toml(edit["text"])["a"] == 'say "hi"\\ \n'
 
 
 def test_empty_file_gets_the_keys():
     text = tc.render_new(tc.HARDENING_SETTINGS)
-    assert tomllib.loads(text) == {ENVVAR: False, MOUNTS: True}
+    assert read_toml(text) == {ENVVAR: False, MOUNTS: True}
 
 
 @pytest.mark.parametrize(
     "text, needle",
     [
-        ("disable-require = \n", "config.toml is not valid TOML"),
-        ("[a]\nx = 1\n[a]\ny = 2\n", "config.toml is not valid TOML"),
+        ("disable-require = \n", r"config.toml is not valid TOML: invalid value \(at line 1, column 19\)"),
+        (
+            "[a]\nx = 1\n[a]\ny = 2\n",
+            r"config.toml is not valid TOML: table \[a\] is defined twice \(at line 3",
+        ),
     ],
 )
 def test_broken_file_is_refused(text, needle):
@@ -277,7 +293,7 @@ def test_module_create(tmp_path, capsys):
     path = tmp_path / "new" / "config.toml"
     rc, out = run_module({"path": str(path), "create": True}, capsys)
     assert rc == 0 and out["changed"] is True and out["created"] is True
-    assert tomllib.loads(path.read_text()) == {ENVVAR: False, MOUNTS: True}
+    assert read_toml(path.read_text()) == {ENVVAR: False, MOUNTS: True}
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert "backup_file" not in out
 
@@ -300,7 +316,7 @@ def test_module_writes_with_backup_keeps_mode_and_is_idempotent(config, capsys):
     assert out["backup_file"] == str(backup) and backup.read_text() == before
     assert stat.S_IMODE(config.stat().st_mode) == 0o640
     after = config.read_text()
-    assert tomllib.loads(after)[ENVVAR] is False
+    assert read_toml(after)[ENVVAR] is False
     assert [p.name for p in config.parent.iterdir() if p.name.startswith(".")] == []
 
     rc, out = run_module({"path": str(config)}, capsys)
@@ -318,7 +334,7 @@ def test_module_extra_table_setting(config, capsys):
     settings = {ENVVAR: False, MOUNTS: True, "nvidia-container-cli.no-cgroups": True}
     rc, out = run_module({"path": str(config), "settings": settings}, capsys)
     assert rc == 0 and out["changed"] is True
-    assert tomllib.loads(config.read_text())["nvidia-container-cli"]["no-cgroups"] is True
+    assert read_toml(config.read_text())["nvidia-container-cli"]["no-cgroups"] is True
 
 
 def test_module_refuses_a_broken_file(config, capsys):
@@ -348,7 +364,7 @@ def test_module_symlinked_config_is_edited_in_place(config, tmp_path, capsys):
     os.symlink(config, link)
     rc, out = run_module({"path": str(link)}, capsys)
     assert rc == 0 and out["changed"] is True
-    assert link.is_symlink() and tomllib.loads(config.read_text())[MOUNTS] is True
+    assert link.is_symlink() and read_toml(config.read_text())[MOUNTS] is True
 
 
 def test_module_documentation_matches_its_arguments():
@@ -362,35 +378,25 @@ def test_module_documentation_matches_its_arguments():
     assert doc["options"]["settings"]["default"] == tc.HARDENING_SETTINGS
 
 
-def test_without_tomllib_editing_names_the_python_it_needs(monkeypatch, config, capsys):
-    monkeypatch.setattr(tc, "tomllib", None)
-    with pytest.raises(tc.TomlEditError, match=r"config.toml: reading TOML needs Python 3.11 or later"):
-        tc.edit_config(generated(), tc.HARDENING_SETTINGS)
-    rc, out = run_module({"path": str(config)}, capsys)
-    assert rc == 1 and out["msg"].startswith(
-        f"refusing to edit {config}: {config}: reading TOML needs Python"
-    )
-    assert "this host runs Python 3." in out["msg"]
-
-
-def test_imports_on_a_python_without_tomllib():
-    """Managed hosts run Python 3.8+: the file must import there (tomllib is 3.11+), and say why it cannot edit."""
+def test_edits_on_a_python_without_tomllib():
+    """Managed hosts run Python 3.8+ (tomllib is 3.11+): editing must work without it."""
     code = (
         "import sys; sys.modules['tomllib'] = None\n"
         "from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toolkit_config as tc\n"
-        "assert tc.tomllib is None\n"
-        "try:\n    tc.edit_config('', tc.HARDENING_SETTINGS)\n"
-        "except tc.TomlEditError as exc:\n    print(exc)\n"
+        "import json\n"
+        "edit = tc.edit_config(sys.stdin.read(), tc.HARDENING_SETTINGS)\n"
+        "print(json.dumps(edit['after']))\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
+        input=generated(),
         capture_output=True,
         text=True,
         check=False,
         env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)),
     )
     assert done.returncode == 0, done.stderr
-    assert "reading TOML needs Python 3.11 or later" in done.stdout
+    assert json.loads(done.stdout) == {ENVVAR: False, MOUNTS: True}
 
 
 def test_module_refuses_a_file_that_is_not_utf8(config, capsys):
@@ -403,3 +409,59 @@ def test_module_refuses_a_file_that_is_not_utf8(config, capsys):
 def test_a_setting_name_that_is_not_a_string_is_refused():
     with pytest.raises(tc.TomlEditError, match="setting name 1 is not a non-empty string"):
         tc.edit_config(generated(), {1: True, ENVVAR: False})
+
+
+# --------------------------------------------------------------------------------------------
+# value types: the toolkit reads each key as one type
+
+
+@pytest.mark.parametrize("word", ["false", "False", " no "])
+def test_a_string_for_the_envvar_key_is_refused_with_the_reason(word):
+    """issue 18 case 7: "false" would be written as a TOML string; the toolkit reads a bool, so nothing hardens."""
+    with pytest.raises(tc.TomlEditError) as exc:
+        tc.edit_config(generated(), {ENVVAR: word, MOUNTS: True})
+    assert str(exc.value) == (
+        f"setting {ENVVAR}: {word!r} is a str, but the NVIDIA Container Toolkit reads {ENVVAR} as a boolean; "
+        "written as given it would not take effect (write false as a YAML boolean, without quotes)"
+    )
+
+
+@pytest.mark.parametrize(
+    "key, value, kind, hint",
+    [
+        (MOUNTS, "true", "boolean", "write true as a YAML boolean, without quotes"),
+        (MOUNTS, 1, "boolean", "give true or false"),
+        ("nvidia-container-cli.no-cgroups", "yes", "boolean", "write true as a YAML boolean"),
+        ("features.disable-imex-channel-creation", "true", "boolean", "write true"),
+        ("nvidia-container-runtime.log-level", 5, "string", "quote the value"),
+        ("nvidia-container-runtime.runtimes", "runc", "list of strings", "give a list of strings"),
+        ("nvidia-container-runtime.modes.cdi.spec-dirs", ["/etc/cdi", 1], "list of strings", "give a list"),
+    ],
+)
+def test_sibling_keys_are_checked_for_their_type(key, value, kind, hint):
+    before = generated()
+    with pytest.raises(tc.TomlEditError, match=rf"reads {key} as a {kind}; .*\({hint}"):
+        tc.edit_config(before, {key: value})
+
+
+def test_right_types_and_unknown_keys_pass():
+    edit = tc.edit_config(
+        generated(),
+        {
+            "nvidia-container-runtime.log-level": "debug",
+            "nvidia-container-cli.environment": ["A=1"],
+            "features.disable-imex-channel-creation": True,
+            "some-future-key": "anything",
+        },
+    )
+    data = read_toml(edit["text"])
+    assert data["features"] == {"disable-imex-channel-creation": True}
+    assert data["some-future-key"] == "anything"
+
+
+def test_module_refuses_a_string_bool_and_leaves_the_file(config, capsys):
+    before = config.read_text()
+    rc, out = run_module({"path": str(config), "settings": {ENVVAR: "false"}}, capsys)
+    assert rc == 1 and out["msg"].startswith(f"refusing to edit {config}: setting {ENVVAR}: 'false' is a str")
+    assert "reads" in out["msg"] and "as a boolean" in out["msg"]
+    assert config.read_text() == before and backups(config) == []

@@ -1,0 +1,124 @@
+"""The GPU host modules run by Ansible on a managed host whose Python is 3.8, 3.9 or 3.10 (ansible_python_interpreter),
+with the standard library only: nvidia_toolkit_config edits (and re-edits nothing) and nvidia_gpu_facts reads the
+stand-in nvidia-smi. Each Python 3.8-3.10 this machine has (tools/multi_python_tests.py finds them) is used."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[4]
+BIN = Path(sys.executable).parent
+FAKES = ROOT / "tests" / "fakes"
+TOOLKIT_FIXTURE = ROOT / "tests" / "fixtures" / "nvidia-container-toolkit" / "config.toml"
+GPU_FIXTURE = ROOT / "tests" / "fixtures" / "gpus" / "dgx-h100.json"
+
+
+def _tool():
+    spec = importlib.util.spec_from_file_location("gpusplit_mpt", ROOT / "tools" / "multi_python_tests.py")
+    tool = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tool)
+    return tool
+
+
+FOUND, SKIPPED = _tool().discover(((3, 8), (3, 9), (3, 10)))
+PARAMS = [pytest.param(FOUND[m][0], id=f"python{m[0]}.{m[1]}") for m in sorted(FOUND)] or [
+    pytest.param(None, marks=pytest.mark.skip(reason=f"no Python 3.8-3.10 here: {SKIPPED}"))
+]
+
+
+@pytest.mark.parametrize("python", PARAMS)
+def test_gpu_host_modules_on_an_older_host_python(python, tmp_path):
+    config = tmp_path / "config.toml"
+    shutil.copy(TOOLKIT_FIXTURE, config)
+    results = tmp_path / "results.json"
+    play = [
+        {
+            "name": "GPU host modules under an older Python",
+            "hosts": "localhost",
+            "gather_facts": False,
+            "tasks": [
+                {
+                    "name": "Harden the toolkit",
+                    "gpusplit.k8s.nvidia_toolkit_config": {"path": str(config)},
+                    "register": "first",
+                },
+                {
+                    "name": "Harden it again",
+                    "gpusplit.k8s.nvidia_toolkit_config": {"path": str(config)},
+                    "register": "second",
+                },
+                {
+                    "name": "Refuse a string for a boolean key",
+                    "gpusplit.k8s.nvidia_toolkit_config": {
+                        "path": str(config),
+                        "settings": {"accept-nvidia-visible-devices-envvar-when-unprivileged": "false"},
+                    },
+                    "register": "refused",
+                    "ignore_errors": True,
+                },
+                {
+                    "name": "Read the GPUs",
+                    "gpusplit.k8s.nvidia_gpu_facts": {
+                        "backend": "auto",
+                        "nvidia_smi_path": str(FAKES / "bin" / "nvidia-smi"),
+                    },
+                    "environment": {"GPUSPLIT_FAKE_NVML_FIXTURE": str(GPU_FIXTURE)},
+                    "register": "facts",
+                },
+                {
+                    "name": "Keep the results",
+                    "ansible.builtin.copy": {
+                        "content": "{{ {'first': first, 'second': second, 'refused': refused, 'facts': facts}"
+                        " | to_json }}",
+                        "dest": str(results),
+                        "mode": "0644",
+                    },
+                },
+            ],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", PYTHONPATH="")
+    done = subprocess.run(
+        [
+            str(BIN / "ansible-playbook"),
+            "-i",
+            "localhost,",
+            "-c",
+            "local",
+            "-e",
+            f"ansible_python_interpreter={python}",
+            str(tmp_path / "play.yml"),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    got = json.loads(results.read_text())
+    assert got["first"]["changed"] is True and got["second"]["changed"] is False
+    assert got["first"]["after"] == {
+        "accept-nvidia-visible-devices-envvar-when-unprivileged": False,
+        "accept-nvidia-visible-devices-as-volume-mounts": True,
+    }
+    assert "as a boolean" in got["refused"]["msg"]
+    facts = got["facts"]
+    assert (
+        facts["nvml_binding"]["python"] == python
+        or Path(facts["nvml_binding"]["python"]).resolve() == Path(python).resolve()
+    )
+    assert facts["ansible_facts"]["nvidia_gpu_backend"] == "nvidia-smi"
+    assert len(facts["ansible_facts"]["nvidia_gpus"]) == 8
+    assert "not importable" in json.dumps(facts.get("warnings", []))
