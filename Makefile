@@ -7,7 +7,7 @@ COLL_LINK := .collections/ansible_collections/gpusplit/k8s
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/.lab/bin:$(PATH)
 
-.PHONY: venv demo test lint unit integration bench lab-build lab-up lab-down lab-status clean dist changelog
+.PHONY: venv demo test lint unit integration bench lab-build lab-up lab-down lab-status clean dist changelog multi-python
 
 venv: $(VENV)/.done $(COLL_LINK)
 
@@ -66,6 +66,11 @@ integration: lab-build
 
 test: venv lab-build lint
 	$(BIN)/pytest --durations=20 tests
+	$(BIN)/python tools/multi_python_tests.py
+
+# the managed-host modules' unit tests under every Python 3.8-3.13 this machine has
+multi-python: venv
+	$(BIN)/python tools/multi_python_tests.py
 
 bench: venv lab-build
 	GPUSPLIT_BENCH_APPLY=1 GPUSPLIT_BENCH_MEMORY=1 $(BIN)/pytest tests/bench --benchmark-enable -s

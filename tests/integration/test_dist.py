@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 INVENTORY = ROOT / "inventory" / "lab"
 PLUGIN_SELECTOR = "app.kubernetes.io/managed-by=gpusplit,app.kubernetes.io/name=gpusplit-device-plugin"
-SLICES = (["lab-dgx-01", "lab-ws-01"], ["lab-h200-01", "lab-hgx-lost-01", "lab-a100-01"])
+SLICES = (["lab-dgx-01", "lab-ws-01", "lab-ssh-01"], ["lab-h200-01", "lab-hgx-lost-01", "lab-a100-01"])
 
 
 @pytest.fixture(scope="module")
@@ -158,10 +158,10 @@ def test_ansible_doc_renders_every_module_role_and_filter_of_the_install(install
 
 def test_site_verify_and_diagnose_run_by_collection_name(lab, kubectl, installed):
     site = playbook(installed, "site")
-    assert report(installed)["counts"] == {"OK": 5, "DRIFT": 0, "FAIL": 0}, report(installed)
+    assert report(installed)["counts"] == {"OK": 6, "DRIFT": 0, "FAIL": 0}, report(installed)
     (installed["out"] / "fleet-report.json").unlink()
     playbook(installed, "verify")
-    assert report(installed)["counts"] == {"OK": 5, "DRIFT": 0, "FAIL": 0}, report(installed)
+    assert report(installed)["counts"] == {"OK": 6, "DRIFT": 0, "FAIL": 0}, report(installed)
     playbook(installed, "diagnose")
     json.loads((installed["out"] / "pending.json").read_text())
     svg = ElementTree.parse(installed["out"] / "fleet.svg").getroot()
@@ -195,7 +195,7 @@ def test_two_limit_slices_one_after_the_other_leave_every_node_ok(lab, kubectl, 
 
     (installed["out"] / "fleet-report.json").unlink(missing_ok=True)
     playbook(installed, "verify")
-    assert report(installed)["counts"] == {"OK": 5, "DRIFT": 0, "FAIL": 0}, report(installed)
+    assert report(installed)["counts"] == {"OK": 6, "DRIFT": 0, "FAIL": 0}, report(installed)
 
 
 def _slice_inventory(tmp_path: Path, hosts: list[str]) -> Path:

@@ -73,7 +73,7 @@ def split(lab, kubectl):
 
 def test_site_applies_and_verifies_every_node(split, kubectl):
     report = json.loads((ROOT / "out" / "fleet-report.json").read_text())
-    assert report["counts"] == {"OK": 5, "DRIFT": 0, "FAIL": 0}, report
+    assert report["counts"] == {"OK": 6, "DRIFT": 0, "FAIL": 0}, report
     plan = json.loads((ROOT / "out" / "fleet-plan.json").read_text())
     for node in report["nodes"]:
         planned = plan["nodes"][node["host"]]
@@ -88,6 +88,7 @@ def test_site_applies_and_verifies_every_node(split, kubectl):
         "gpusplit-dp-lab-dgx-01",
         "gpusplit-dp-lab-h200-01",
         "gpusplit-dp-lab-hgx-lost-01",
+        "gpusplit-dp-lab-ssh-01",
         "gpusplit-dp-lab-ws-01",
     ]
     dgx = dss["gpusplit-dp-lab-dgx-01"]["spec"]["template"]["spec"]
@@ -97,7 +98,7 @@ def test_site_applies_and_verifies_every_node(split, kubectl):
     assert not (dgx["containers"][0].get("securityContext") or {}).get("privileged")
     assert dgx["nodeSelector"] == {"kubernetes.io/hostname": "lab-dgx-01"}
     # the fleet table is printed, and the fleet picture is drawn where the console says
-    assert "5 node(s): 5 OK, 0 DRIFT, 0 FAIL" in split.stdout
+    assert "6 node(s): 6 OK, 0 DRIFT, 0 FAIL" in split.stdout
     assert_fleet_picture(split.stdout, report)
 
 
@@ -309,7 +310,7 @@ def test_verify_catches_a_privileged_plugin_and_apply_refuses_it(split, kubectl)
 
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
 TAINT_MARK = "gpusplit.io/gpu-taint"
-SHARED_NODES = ("lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01", "lab-ws-01")
+SHARED_NODES = ("lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01", "lab-ssh-01", "lab-ws-01")
 
 
 def gpu_tainted(kubectl, name: str) -> tuple[bool, bool]:
@@ -351,9 +352,9 @@ def test_optional_gpu_taint_on_nodes_with_a_kubernetes_share(split, kubectl, tmp
         # the taint switched off (the default): gpusplit takes it off every node where it set it
         check = run_playbook("split.yml", INVENTORY, "--check")
         assert gpu_tainted(kubectl, "lab-dgx-01") == (True, True)  # check mode changed nothing
-        assert untainted_by_gpusplit(check.stdout) == ["lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01"]
+        assert untainted_by_gpusplit(check.stdout) == ["lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01", "lab-ssh-01"]
         off = run_playbook("split.yml", INVENTORY)
-        assert untainted_by_gpusplit(off.stdout) == ["lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01"]
+        assert untainted_by_gpusplit(off.stdout) == ["lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01", "lab-ssh-01"]
         for name in SHARED_NODES:
             assert gpu_tainted(kubectl, name) == (False, False), name
         assert gpu_tainted(kubectl, "lab-a100-01") == (True, False)  # the other one's taint stays
