@@ -20,7 +20,7 @@ description:
   - Read-only. Never changes the host, so check mode returns the same facts.
   - A host without an NVIDIA driver returns an empty list and says why in C(msg), unless O(required=true).
 author:
-  - gpusplit team
+  - gpusplit team (!UNKNOWN)
 options:
   backend:
     description:
@@ -85,11 +85,9 @@ seealso:
   - name: NVML API reference
     description: The library behind both backends.
     link: https://docs.nvidia.com/deploy/nvml-api/index.html
-attributes:
-  facts:
-    support: full
 extends_documentation_fragment:
   - gpusplit.k8s.attributes.check_mode_no_diff
+  - gpusplit.k8s.attributes.facts
 """
 
 EXAMPLES = r"""

@@ -23,7 +23,7 @@ description:
   - The default O(settings) are gpusplit's hardening, so that pods can no longer pick GPUs by setting
     E(NVIDIA_VISIBLE_DEVICES) themselves. See docs/hardening.md.
 author:
-  - gpusplit team
+  - gpusplit team (!UNKNOWN)
 options:
   path:
     description:

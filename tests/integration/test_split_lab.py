@@ -352,9 +352,19 @@ def test_optional_gpu_taint_on_nodes_with_a_kubernetes_share(split, kubectl, tmp
         # the taint switched off (the default): gpusplit takes it off every node where it set it
         check = run_playbook("split.yml", INVENTORY, "--check")
         assert gpu_tainted(kubectl, "lab-dgx-01") == (True, True)  # check mode changed nothing
-        assert untainted_by_gpusplit(check.stdout) == ["lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01", "lab-ssh-01"]
+        assert untainted_by_gpusplit(check.stdout) == [
+            "lab-dgx-01",
+            "lab-h200-01",
+            "lab-hgx-lost-01",
+            "lab-ssh-01",
+        ]
         off = run_playbook("split.yml", INVENTORY)
-        assert untainted_by_gpusplit(off.stdout) == ["lab-dgx-01", "lab-h200-01", "lab-hgx-lost-01", "lab-ssh-01"]
+        assert untainted_by_gpusplit(off.stdout) == [
+            "lab-dgx-01",
+            "lab-h200-01",
+            "lab-hgx-lost-01",
+            "lab-ssh-01",
+        ]
         for name in SHARED_NODES:
             assert gpu_tainted(kubectl, name) == (False, False), name
         assert gpu_tainted(kubectl, "lab-a100-01") == (True, False)  # the other one's taint stays

@@ -2,7 +2,8 @@
 # Apache-2.0
 """Collect GPU facts through NVML. Private to the collection.
 
-NVML is reached through an injected pynvml-like module (nvidia-ml-py, or a test fake). Every per-device call is made on its own: NVML_ERROR_NOT_SUPPORTED leaves that fact null,
+NVML is reached through an injected pynvml-like module (nvidia-ml-py, or a test fake). Every
+per-device call is made on its own: NVML_ERROR_NOT_SUPPORTED leaves that fact null,
 NVML_ERROR_NO_PERMISSION leaves it null with a warning, NVML_ERROR_GPU_IS_LOST marks the GPU lost and the
 collection goes on with the next call and the next GPU. A GPU NVML will not open at all
 (nvmlDeviceGetHandleByIndex fails) is reported with its index and a health verdict naming the NVML error
@@ -322,7 +323,7 @@ def _collect_device(nvml, index, warnings):
     if gpu["mig_mode"]["current"] == "enabled":
         gpu["mig_devices"] = _mig_devices(nvml, reader, handle)
 
-    ecc_current, _ = _pair(reader.call("nvmlDeviceGetEccMode", handle, fact="ecc.mode_current"))
+    ecc_current, _unused = _pair(reader.call("nvmlDeviceGetEccMode", handle, fact="ecc.mode_current"))
     uncorrected = _constant(nvml, "NVML_MEMORY_ERROR_TYPE_UNCORRECTED")
     volatile = reader.call(
         "nvmlDeviceGetTotalEccErrors",

@@ -408,7 +408,7 @@ def gpu_from_smi_row(row):
     label = gpu["uuid"] or f"GPU {gpu['index']}"
     lost = []
     if lost_fields:
-        shown = ", ".join(field for field, _ in lost_fields[:4])
+        shown = ", ".join(field for field, _unused in lost_fields[:4])
         more = f" and {len(lost_fields) - 4} more" if len(lost_fields) > 4 else ""
         lost.append(
             f"nvidia-smi reports {lost_fields[0][1]} for {shown}{more}: "

@@ -28,6 +28,7 @@ false, so the hardening would silently not apply. No I/O and no Ansible imports.
 
 from __future__ import annotations
 
+import math
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
@@ -168,7 +169,7 @@ def format_value(value, key="value"):
     if isinstance(value, int):
         return str(value)
     if isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
+        if not math.isfinite(value):
             raise TomlEditError(f"{key}: {value!r} is not a finite number")
         return repr(value)
     if isinstance(value, str):
@@ -391,7 +392,7 @@ def _commented_key(line):
     if not match:
         return None
     try:
-        keys, _ = _parse_key(match.group("key") + "=", 0, "=")
+        keys, _unused = _parse_key(match.group("key") + "=", 0, "=")
     except ValueError:  # TomlEditError and TomlReadError are GpusplitErrors, hence ValueErrors
         return None
     return keys
