@@ -49,7 +49,7 @@ options:
     default: 8
 extends_documentation_fragment:
   - gpusplit.k8s.attributes.check_mode_and_diff
-  - gpusplit.k8s.cluster
+  - gpusplit.k8s.cluster_auth
 author:
   - gpusplit team (!UNKNOWN)
 """

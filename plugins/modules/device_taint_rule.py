@@ -61,7 +61,7 @@ options:
     type: str
     default: gpusplit
 extends_documentation_fragment:
-  - gpusplit.k8s.cluster
+  - gpusplit.k8s.cluster_auth
   - gpusplit.k8s.attributes.check_mode_no_diff
 author:
   - gpusplit team (!UNKNOWN)

@@ -30,7 +30,7 @@ options:
     type: int
     default: 0
 extends_documentation_fragment:
-  - gpusplit.k8s.cluster
+  - gpusplit.k8s.cluster_auth
   - gpusplit.k8s.attributes.check_mode_no_diff
 author:
   - gpusplit team (!UNKNOWN)

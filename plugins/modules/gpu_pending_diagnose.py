@@ -35,7 +35,7 @@ requirements:
   - common-expression-language == 0.10.0 (Python package, where the module runs; usually the controller) to
     evaluate the CEL selectors of DeviceClasses and claims; without it they are listed as not evaluated
 extends_documentation_fragment:
-  - gpusplit.k8s.cluster
+  - gpusplit.k8s.cluster_auth
   - gpusplit.k8s.attributes.check_mode_no_diff
 author:
   - gpusplit team (!UNKNOWN)
