@@ -28,10 +28,22 @@ options:
     description:
       - The chart. An C(oci://) reference (registry path and chart name), or the chart's name in
         I(repo_url).
+      - Exactly one of I(chart_ref) and I(chart_path) is given.
     type: str
-    required: true
+  chart_path:
+    description:
+      - A local chart on the controller instead of a registry or repository (air-gapped sites), either
+        a chart folder or a packaged chart (C(.tgz), as C(helm package) writes it).
+      - Its C(Chart.yaml) must have the name I(chart_name) and the version I(chart_version) (a
+        leading C(v) aside); otherwise the module refuses, naming both, before helm runs. A
+        development version (C(...-devel)) is refused with the C(helm package --version
+        --app-version) command that stamps it as a release.
+    type: path
+  chart_name:
+    description: The name the chart in I(chart_path) must have (its C(Chart.yaml) C(name)).
+    type: str
   repo_url:
-    description: A classic chart repository URL (not used with an C(oci://) I(chart_ref)).
+    description: A classic chart repository URL (not used with an C(oci://) I(chart_ref) or I(chart_path)).
     type: str
   chart_version:
     description: The pinned chart version.
@@ -75,6 +87,16 @@ EXAMPLES = r"""
       gpuResourcesEnabledOverride: true
     kubeconfig: "{{ gpusplit_kubeconfig }}"
 
+- name: From a packaged chart on the controller (air-gapped)
+  gpusplit.k8s.helm_release:
+    name: dra-driver-nvidia-gpu
+    namespace: dra-driver-nvidia-gpu
+    chart_path: /srv/charts/dra-driver-nvidia-gpu-0.4.1.tgz
+    chart_name: dra-driver-nvidia-gpu
+    chart_version: "0.4.1"
+    values:
+      gpuResourcesEnabledOverride: true
+
 - name: From a classic repository
   gpusplit.k8s.helm_release:
     name: gpu-operator
@@ -103,6 +125,10 @@ command:
 release:
   description: The release's row from C(helm list) after the run (before it, in check mode); null when absent.
   returned: always
+  type: dict
+chart:
+  description: The local chart's C(Chart.yaml) name, version and app_version (with I(chart_path) only).
+  returned: when I(chart_path) is given
   type: dict
 """
 
@@ -144,7 +170,17 @@ def release(module, helm):
 
 def _release(module, helm, p):
     cluster = {"kubeconfig": p["kubeconfig"], "context": p["context"]}
-    H.check_request(p["name"], p["namespace"], p["chart_ref"], p["chart_version"], p["wait_timeout"])
+    local = p["chart_path"] is not None
+    chart_ref = p["chart_path"] if local else p["chart_ref"]
+    H.check_request(p["name"], p["namespace"], chart_ref, p["chart_version"], p["wait_timeout"])
+    meta = None
+    if local:  # before anything is read from or done to the cluster
+        meta = H.check_local_chart(
+            H.read_chart_metadata(chart_ref), chart_ref, p["chart_name"], p["chart_version"]
+        )
+    extra = {"chart": meta} if meta else {}
+    chart_name = meta["name"] if meta else H.chart_name_of(chart_ref)
+    chart_version = meta["version"] if meta else p["chart_version"]
     row = H.parse_list(
         _run(module, H.list_command(helm, p["name"], p["namespace"], **cluster), "helm list"), p["name"]
     )
@@ -155,15 +191,15 @@ def _release(module, helm, p):
         if row
         else {}
     )
-    decision = H.decide(row, live_values, p["chart_ref"], p["chart_version"], p["values"])
-    result = {"changed": decision["action"] != "none", "action": decision["action"]}
+    decision = H.decide(row, live_values, chart_ref, chart_version, p["values"], chart_name=chart_name)
+    result = {"changed": decision["action"] != "none", "action": decision["action"], **extra}
     result["reasons"] = decision["reasons"]
     if module._diff and result["changed"]:
         result["diff"] = {
             "before": yaml.safe_dump(live_values, sort_keys=True) if row else "",
             "after": yaml.safe_dump(p["values"], sort_keys=True),
             "before_header": f"{p['namespace']}/{p['name']} {row.get('chart') if row else '(not installed)'}",
-            "after_header": f"{p['namespace']}/{p['name']} {H.chart_name_of(p['chart_ref'])}-{p['chart_version']}",
+            "after_header": f"{p['namespace']}/{p['name']} {chart_name}-{chart_version}",
         }
     if not result["changed"]:
         return dict(result, command=[], release=row)
@@ -175,13 +211,14 @@ def _release(module, helm, p):
             helm,
             p["name"],
             p["namespace"],
-            p["chart_ref"],
-            p["chart_version"],
+            chart_ref,
+            chart_version,
             values_file,
-            repo_url=p["repo_url"],
+            repo_url=None if local else p["repo_url"],
             create_namespace=p["create_namespace"],
             wait=p["wait"],
             timeout=p["wait_timeout"],
+            local=local,
             **cluster,
         )
         if module.check_mode:
@@ -200,7 +237,9 @@ def main():
         argument_spec={
             "name": {"type": "str", "required": True},
             "namespace": {"type": "str", "required": True},
-            "chart_ref": {"type": "str", "required": True},
+            "chart_ref": {"type": "str"},
+            "chart_path": {"type": "path"},
+            "chart_name": {"type": "str"},
             "repo_url": {"type": "str"},
             "chart_version": {"type": "str", "required": True},
             "values": {"type": "dict", "default": {}},
@@ -210,6 +249,9 @@ def main():
             "binary_path": {"type": "path", "default": "helm"},
             **CLUSTER_ARGS,
         },
+        mutually_exclusive=[("chart_ref", "chart_path"), ("chart_path", "repo_url")],
+        required_one_of=[("chart_ref", "chart_path")],
+        required_by={"chart_path": "chart_name"},
         supports_check_mode=True,
     )
     if yaml is None:

@@ -1,222 +1,167 @@
-"""The dra_driver role's Helm install, run for real: the module gpusplit.k8s.helm_release, the helm
-binary (helm 4, as the lab installs it) and the lab's API server.
+"""playbooks/dra.yml installs the real dra-driver-nvidia-gpu chart on the lab, from a local chart.
 
-The NVIDIA chart itself cannot be fetched here (no registry), so the test packages a chart of its
-own under the older NGC chart name (``nvidia-dra-driver-gpu``, chosen with the role's
-``gpusplit_dra_chart_name``) whose only template is a ConfigMap holding the merged values, with the
-upstream chart's real values.yaml as its defaults, and serves it from a classic chart repository
-on 127.0.0.1 (the role's non-OCI branch: chart_repo_url + chart name). What is proven: the release
-is installed at the pinned version into its namespace with the values gpusplit renders merged over
-the chart's defaults; --check installs nothing; a re-run changes nothing; a changed setting
-upgrades the release. (kubernetes.core.helm 6.x fails here: it lists releases with
-``helm list --all``, which helm 4 removed.)
+The chart is the upstream chart folder, whole (../shared/reference/charts/dra-driver-nvidia-gpu,
+chart 0.4.1; GPUSPLIT_REFERENCE_DIR moves it), given to the role as ``gpusplit_dra_chart_path``
+as an air-gapped site gives it: no registry is reachable here. What is real: helm 4 and the chart
+(its templates/validation.yaml, its DeviceClasses, its kubelet-plugin DaemonSet), the API server,
+the DaemonSet controller and the scheduler; the driver's pods are kwok's simulated pods and its
+ResourceSlices the lab harness's (tests/integration/dra_harness.py).
+
+Proven: what the chart refuses and a chart of another name are refused before the host share is
+tainted; --check installs nothing; the install is accepted by the chart and its DeviceClasses are
+the chart's; a re-run writes nothing (no resourceVersion moves); a site's own ``helm upgrade``
+with the same values and a re-run from the packaged .tgz leave nothing for gpusplit to change.
 """
 
 from __future__ import annotations
 
-import functools
-import http.server
 import json
-import os
-import shutil
 import subprocess
-import sys
-import threading
 import uuid
-from pathlib import Path
+from types import SimpleNamespace
 
+import dra_harness as harness
 import pytest
 import yaml
-from ansible_output import ansible_playbook, recap
+from ansible_output import recap
+from real_charts import CHARTS, KUBECONFIG, chart, helm, releases, uninstall
+from test_dra_lab import run_playbook, write_inventory
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
-
-ROOT = Path(__file__).resolve().parents[2]
-REFERENCE_VALUES = (
-    Path(os.environ.get("GPUSPLIT_REFERENCE_DIR", ROOT.parent / "shared" / "reference"))
-    / "kubernetes-sigs_dra-driver-nvidia-gpu"
-    / "values.yaml"
-)
-NGC_CHART = "nvidia-dra-driver-gpu"
-CONFIGMAP_TEMPLATE = """\
-apiVersion: v1
-kind: ConfigMap
-metadata:
-  name: {{ .Release.Name }}-values
-  namespace: {{ .Release.Namespace }}
-data:
-  values.json: {{ toJson .Values | quote }}
-  chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | quote }}
-"""
+CHART = CHARTS / "dra-driver-nvidia-gpu"
+NODE = "gsdrh-dgx-01"
+RULES = "resource.k8s.io/v1"
+RELEASE = "dra-driver-nvidia-gpu"
 
 
-def pinned_version():
-    defaults = yaml.safe_load((ROOT / "roles" / "dra_driver" / "defaults" / "main.yml").read_text())
-    return str(defaults["gpusplit_dra_chart_version"])
+def our_rules():
+    client = harness.dynamic()
+    res = client.resources.get(api_version=RULES, kind="DeviceTaintRule")
+    items = harness.retry(lambda: client.get(res).to_dict()["items"])
+    return {r["metadata"]["name"]: r for r in items if r["spec"]["deviceSelector"].get("pool") == NODE}
 
 
 @pytest.fixture(scope="module")
-def chart_repo(tmp_path_factory):
-    """A classic Helm repository on 127.0.0.1 serving one test chart at the pinned version."""
-    if not REFERENCE_VALUES.is_file():
-        pytest.fail(f"the DRA driver chart's values.yaml is missing: {REFERENCE_VALUES}", pytrace=False)
-    base = tmp_path_factory.mktemp("helm")
-    chart = base / NGC_CHART
-    (chart / "templates").mkdir(parents=True)
-    (chart / "Chart.yaml").write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v2",
-                "name": NGC_CHART,
-                "version": pinned_version(),
-                "description": "gpusplit test chart: the DRA driver chart's values, rendered into a ConfigMap",
-            }
-        )
+def ctx(lab, tmp_path_factory):
+    chart(CHART.name)
+    base = tmp_path_factory.mktemp("drahelm")
+    hosts = {
+        NODE: {
+            "gpusplit_lab_fixture": "dgx-h100",
+            "gpusplit_mode": "dra",
+            "gpusplit_split": {"host_count": 2},
+        }
+    }
+    c = SimpleNamespace(
+        ns=f"gsdrh-{uuid.uuid4().hex[:6]}", inventory=write_inventory(base / "inventory", hosts)
     )
-    shutil.copy(REFERENCE_VALUES, chart / "values.yaml")
-    (chart / "templates" / "values.yaml").write_text(CONFIGMAP_TEMPLATE)
-    repo = base / "repo"
-    repo.mkdir()
-    subprocess.run(["helm", "package", str(chart), "-d", str(repo)], check=True, capture_output=True)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(repo))
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    url = f"http://127.0.0.1:{server.server_address[1]}"
-    subprocess.run(["helm", "repo", "index", str(repo), "--url", url], check=True, capture_output=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield url
-    server.shutdown()
+    c.out, c.base = base / "out", base
+    harness.publish(NODE, "dgx-h100")
+    harness.write_host_file(NODE, "/etc/containerd/config.toml", harness.CONTAINERD_2_CONFIG)
+    yield c
+    uninstall(RELEASE, c.ns)
+    harness.delete("v1", "Namespace", c.ns)
+    for name in our_rules():
+        harness.delete(RULES, "DeviceTaintRule", name)
+    harness.unpublish(NODE)
+    harness.delete("v1", "Node", NODE)
 
 
-def fleet_plan():
-    doc = json.loads((ROOT / "tests" / "fixtures" / "gpus" / "dgx-h100.json").read_text())
-    return plan_fleet({"gshelm-dgx-01": {"facts": doc["gpus"], "mode": "dra", "split": {"host_count": 2}}})
+def dra(ctx, *extra, chart=CHART, settings=None, check=True):
+    args = ["-e", f"gpusplit_dra_chart_path={chart}", "-e", f"gpusplit_dra_namespace={ctx.ns}"]
+    args += ["-e", json.dumps({"gpusplit_dra_driver_settings": settings or {}})]
+    return run_playbook(ctx, "dra.yml", *args, *extra, check=check)
 
 
-def run_install(tmp_path, repo_url, namespace, release, *extra, settings=None):
-    playbook = tmp_path / "install.yml"
-    playbook.write_text(
-        yaml.safe_dump(
-            [
-                {
-                    "name": "Install the DRA driver chart",
-                    "hosts": "localhost",
-                    "gather_facts": False,
-                    "tasks": [
-                        {
-                            "name": "Helm install through the role",
-                            "ansible.builtin.include_role": {
-                                "name": "gpusplit.k8s.dra_driver",
-                                "tasks_from": "install.yml",
-                            },
-                        }
-                    ],
-                }
-            ]
-        )
-    )
-    more = extra
-    extra = tmp_path / "vars.json"
-    extra.write_text(
-        json.dumps(
-            {
-                "gpusplit_fleet_plan": fleet_plan(),
-                "gpusplit_kubeconfig": str(ROOT / ".lab" / "kubeconfig"),
-                "gpusplit_out_dir": str(tmp_path / "out"),
-                "gpusplit_dra_driver_install": True,
-                "gpusplit_dra_chart_name": NGC_CHART,
-                "gpusplit_dra_chart_repo": repo_url,
-                "gpusplit_dra_namespace": namespace,
-                "gpusplit_dra_release_name": release,
-                "gpusplit_dra_helm_wait": False,
-                "gpusplit_dra_driver_settings": settings or {},
-            }
-        )
-    )
-    proc = ansible_playbook(
-        str(playbook),  # an absolute path: the runner's playbooks/ prefix does not apply
-        "localhost,",
-        "-c",
-        "local",
-        "-e",
-        f"ansible_python_interpreter={sys.executable}",
-        "-e",
-        f"@{extra}",
-        *more,
-    )
-    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
-    return proc
-
-
-def releases(namespace):
+def resource_versions(ctx):
+    """resourceVersion of every object of the release and of gpusplit's rules; gpusplit's writes to the node."""
+    manifest = ctx.base / "manifest.yaml"
+    manifest.write_text(helm("get", "manifest", RELEASE, "-n", ctx.ns))
     out = subprocess.run(
-        ["helm", "list", "-n", namespace, "-o", "json", "--kubeconfig", str(ROOT / ".lab" / "kubeconfig")],
-        check=True,
+        ["kubectl", "--kubeconfig", KUBECONFIG, "get", "-f", str(manifest), "-o", "json"],
         capture_output=True,
         text=True,
+        check=True,
     ).stdout
-    return json.loads(out)
+    items = json.loads(out)["items"]
+    objs = {f"{o['kind']}/{o['metadata']['name']}": o["metadata"]["resourceVersion"] for o in items}
+    objs.update({f"DeviceTaintRule/{n}": r["metadata"]["resourceVersion"] for n, r in our_rules().items()})
+    # the node's status moves with kwok's heartbeats: gpusplit's own writes are its managedFields entries
+    fields = harness.get("v1", "Node", NODE)["metadata"]["managedFields"]
+    objs[f"Node/{NODE}"] = sorted(
+        json.dumps(f, sort_keys=True) for f in fields if f["manager"].startswith("gpusplit")
+    )
+    assert objs[f"Node/{NODE}"], fields
+    return objs
 
 
-def test_the_role_installs_the_chart_with_gpusplits_values_and_a_rerun_changes_nothing(
-    lab, kubectl, chart_repo, tmp_path
-):
-    namespace, release = f"gshelm-{uuid.uuid4().hex[:6]}", "nvidia-dra-driver"
-    try:
-        checked = run_install(tmp_path, chart_repo, namespace, release, "--check", "--diff")
-        assert f"helm release {namespace}/{release}: install (the release is not installed)" in " ".join(
-            checked.stdout.split()
-        )
-        assert "gpuResourcesEnabledOverride: true" in checked.stdout  # the values as diff
-        assert releases(namespace) == []  # check mode installed nothing
+def test_refusals_come_before_the_host_share_is_tainted(ctx):
+    refused = dra(ctx, settings={"extra_values": {"gpuResourcesEnabledOverride": False}}, check=False)
+    said = " ".join(refused.stdout.split())
+    assert refused.returncode != 0
+    assert "the dra-driver-nvidia-gpu chart would refuse these values: resources.gpus.enabled is true" in said
+    other = dra(ctx, chart=CHARTS / "nvidia-device-plugin", check=False)
+    said = " ".join(other.stdout.split())
+    assert other.returncode != 0
+    assert (
+        f"the local chart {CHARTS / 'nvidia-device-plugin'} is nvidia-device-plugin 0.20.0, "
+        "but gpusplit was built for dra-driver-nvidia-gpu 0.4.1"
+    ) in said
+    assert our_rules() == {} and releases(ctx.ns) == []  # nothing was changed
 
-        proc = run_install(tmp_path, chart_repo, namespace, release)
-        said = " ".join(proc.stdout.split())
-        assert (
-            f"helm upgrade --install {release} {chart_repo} {NGC_CHART} --version {pinned_version()}" in said
-        )
-        assert f"helm release {namespace}/{release}: install" in said
-        assert recap(proc.stdout)["localhost"]["changed"] >= 1
 
-        [found] = releases(namespace)
-        assert found["name"] == release and found["chart"] == f"{NGC_CHART}-{pinned_version()}"
-        assert found["status"] == "deployed"
+def test_dra_playbook_installs_the_real_chart_and_a_rerun_writes_nothing(ctx):
+    checked = dra(ctx, "--check", "--diff")
+    assert f"helm release {ctx.ns}/{RELEASE}: install (the release is not installed)" in " ".join(
+        checked.stdout.split()
+    )
+    assert releases(ctx.ns) == []
 
-        cm = kubectl.json("get", "configmap", f"{release}-values", "-n", namespace)
-        installed = json.loads(cm["data"]["values.json"])
-        rendered = yaml.safe_load((tmp_path / "out" / "dra-driver-values.yaml").read_text())
-        reference = yaml.safe_load(REFERENCE_VALUES.read_text())
-        # what gpusplit sets deliberately reached the chart ...
-        assert installed["kubeletPlugin"]["nodeSelector"] == {"gpusplit.io/mode": "dra"}
-        assert installed["gpuResourcesEnabledOverride"] is True
-        assert installed["resources"]["gpus"]["enabled"] is True
-        assert installed["nvidiaDriverRoot"] == rendered["nvidiaDriverRoot"] == "/"
-        # ... merged over the chart's own defaults, which are all still there
-        assert set(reference) <= set(installed)
+    proc = dra(ctx)  # the chart's templates/validation.yaml accepts gpusplit's values, or helm fails here
+    assert f"helm release {ctx.ns}/{RELEASE}: install" in " ".join(proc.stdout.split())
+    [release] = releases(ctx.ns)
+    assert release["chart"] == "dra-driver-nvidia-gpu-0.4.1" and release["status"] == "deployed"
+    # the DeviceClasses are the chart's, owned by the release
+    for name in ("gpu.nvidia.com", "mig.nvidia.com"):
+        dc = harness.get(RULES, "DeviceClass", name)
+        assert dc["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm", dc["metadata"]
+        assert dc["metadata"]["annotations"]["meta.helm.sh/release-namespace"] == ctx.ns
+    assert (
+        harness.get(RULES, "DeviceClass", "gpu.nvidia.com")["spec"]["extendedResourceName"]
+        == "nvidia.com/gpu"
+    )
+    # its kubelet plugin targets the node in mode dra, and only that one
+    ds = harness.get("apps/v1", "DaemonSet", f"{RELEASE}-kubelet-plugin", ctx.ns)
+    assert ds["spec"]["template"]["spec"]["nodeSelector"] == {"gpusplit.io/mode": "dra"}
+    assert harness.get("v1", "Node", NODE)["metadata"]["labels"]["gpusplit.io/mode"] == "dra"
+    assert len(our_rules()) == 2  # the host share of 2 GPUs, tainted
+    before = resource_versions(ctx)
 
-        again = run_install(tmp_path, chart_repo, namespace, release)
-        assert recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-4000:]
-        assert "(chart, version and values as wanted)" in " ".join(again.stdout.split())
-        assert releases(namespace)[0]["revision"] == found["revision"]
+    again = dra(ctx)
+    assert recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-4000:]
+    assert "(chart, version and values as wanted)" in " ".join(again.stdout.split())
+    assert resource_versions(ctx) == before  # no write request reached any of them
+    assert releases(ctx.ns)[0]["revision"] == release["revision"]
 
-        moved = run_install(
-            tmp_path, chart_repo, namespace, release, settings={"driver_root": "/run/nvidia/driver"}
-        )
-        assert "upgrade (its values differ)" in " ".join(moved.stdout.split())
-        assert int(releases(namespace)[0]["revision"]) == int(found["revision"]) + 1
-        cm = kubectl.json("get", "configmap", f"{release}-values", "-n", namespace)
-        assert json.loads(cm["data"]["values.json"])["nvidiaDriverRoot"] == "/run/nvidia/driver"
-    finally:
-        subprocess.run(
-            [
-                "helm",
-                "uninstall",
-                release,
-                "-n",
-                namespace,
-                "--kubeconfig",
-                str(ROOT / ".lab" / "kubeconfig"),
-            ],
-            capture_output=True,
-        )
-        kubectl("delete", "namespace", namespace, "--ignore-not-found", "--wait=false")
+    # the site's own pipeline upgrades the release with the values gpusplit wrote ...
+    helm(
+        "upgrade",
+        RELEASE,
+        str(CHART),
+        "-n",
+        ctx.ns,
+        "--reset-values",
+        "-f",
+        str(ctx.out / "dra-driver-values.yaml"),
+    )
+    assert int(releases(ctx.ns)[0]["revision"]) == int(release["revision"]) + 1
+    # ... and gpusplit, now given the packaged chart, finds nothing to change
+    package = ctx.base / "pkg"
+    helm("package", str(CHART), "-d", str(package))
+    [tgz] = package.glob("*.tgz")
+    assert tgz.name == "dra-driver-nvidia-gpu-0.4.1.tgz"
+    after = dra(ctx, chart=tgz)
+    assert recap(after.stdout)["localhost"]["changed"] == 0, after.stdout[-4000:]
+    values = yaml.safe_load(helm("get", "values", RELEASE, "-n", ctx.ns, "-o", "yaml"))
+    assert values["gpuResourcesEnabledOverride"] is True and values["kubeletPlugin"]["nodeSelector"] == {
+        "gpusplit.io/mode": "dra"
+    }

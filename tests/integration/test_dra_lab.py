@@ -4,9 +4,12 @@ What is real: kube-apiserver (validation of every object), kube-scheduler (it al
 ResourceClaims, honouring device taints and tolerations), kube-controller-manager (the resource
 claim controller makes the claims from the templates; the device taint eviction controller
 writes the EvictionInProgress condition and evicts). What is simulated: the kubelets (kwok), the
-NVIDIA DRA driver's ResourceSlices and DeviceClass (tests/integration/dra_harness.py), the device
-plugin (lab/deviceplugin.py), the GPUs (fixtures). The Helm install of the driver is skipped
-(gpusplit_dra_driver_install=false: no registry here); its preflight runs for real.
+NVIDIA DRA driver's ResourceSlices (tests/integration/dra_harness.py), the device plugin
+(lab/deviceplugin.py), the GPUs (fixtures). The DeviceClasses (gpu.nvidia.com, mig.nvidia.com) are
+the real dra-driver-nvidia-gpu chart's: the module's fixture installs the chart folder
+(tests/integration/real_charts.py) with the values gpusplit renders. The playbook runs skip helm
+(gpusplit_dra_driver_install=false; test_dra_helm.py proves dra.yml's install); the preflight runs
+for real.
 
 The tests use their own nodes (gsdra-*), namespace and inventory (a copy of inventory/lab with
 only these hosts), and their own output directory; everything is removed at the end.
@@ -26,6 +29,7 @@ from types import SimpleNamespace
 
 import dra_harness as harness
 import pytest
+import real_charts
 import yaml
 from ansible_output import recap
 
@@ -35,9 +39,9 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.report import (
     parse_eviction_message,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import sysfs_pci_address_or_none
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.chart import chart_values
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.claims import host_share_toleration
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.render import diagnostic_claim, render_claim
-from lab.dra_driver import render_device_class
 
 ROOT = Path(__file__).resolve().parents[2]
 DGX, WS, DP = "gsdra-dgx-01", "gsdra-ws-01", "gsdra-dp-01"
@@ -58,6 +62,7 @@ HOSTS = {
 }
 RULES = "resource.k8s.io/v1"
 PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
+CHART_RELEASE = "gsdra-driver"
 
 
 def fixture_gpus(name):
@@ -210,7 +215,8 @@ def ctx(lab, tmp_path_factory):
         out=base / "out",
         base=base,
     )
-    c.created_class = harness.ensure_device_class()
+    # the driver's chart, for its DeviceClasses; its kubelet plugin (kwok pods) goes to the DRA nodes
+    real_charts.install(CHART_RELEASE, c.ns, real_charts.chart("dra-driver-nvidia-gpu"), chart_values(), base)
     harness.publish(DGX, "dgx-h100")
     harness.publish(WS, "workstation")
     from kubernetes import client
@@ -227,6 +233,7 @@ def ctx(lab, tmp_path_factory):
         lambda: harness.get("v1", "ServiceAccount", "default", c.ns), what="the namespace's service account"
     )
     yield c
+    real_charts.uninstall(CHART_RELEASE, c.ns)
     harness.retry(lambda: harness.delete("v1", "Namespace", c.ns))
     for name in our_rules():
         harness.delete(RULES, "DeviceTaintRule", name)
@@ -236,8 +243,6 @@ def ctx(lab, tmp_path_factory):
     for node in (DGX, WS, DP):
         harness.delete("v1", "Node", node)
         shutil.rmtree(harness.host_root(node), ignore_errors=True)
-    if c.created_class:
-        harness.delete(RULES, "DeviceClass", DEVICE_CLASS)
 
 
 # --------------------------------------------------------------------------------------------
@@ -247,6 +252,7 @@ def ctx(lab, tmp_path_factory):
 def test_harness_publishes_slices_and_the_device_class(ctx):
     dc = harness.get(RULES, "DeviceClass", DEVICE_CLASS)
     assert dc["spec"]["selectors"][0]["cel"]["expression"].startswith("device.driver == 'gpu.nvidia.com'")
+    assert dc["metadata"]["annotations"]["meta.helm.sh/release-name"] == CHART_RELEASE  # the chart's own
     for node, fixture in ((DGX, "dgx-h100"), (WS, "workstation")):
         rs = harness.get(RULES, "ResourceSlice", f"{node}-gpu.nvidia.com")
         spec = rs["spec"]
@@ -561,15 +567,7 @@ def more(ctx):
     for node, fixture_name in ((SICK, "gpu-lost"), (MIGN, "a100-mig")):
         harness.publish(node, fixture_name)
         harness.write_host_file(node, "/etc/containerd/config.toml", harness.CONTAINERD_2_CONFIG)
-    created_mig_class = harness.get(RULES, "DeviceClass", MIG_CLASS) is None
-    if created_mig_class:  # the chart's second DeviceClass: MIG devices
-        harness.apply(
-            render_device_class(
-                MIG_CLASS,
-                "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'",
-                labels=harness.HARNESS_LABEL,
-            )
-        )
+    assert harness.get(RULES, "DeviceClass", MIG_CLASS) is not None  # the chart's second DeviceClass
     inventory = write_inventory(ctx.base / "inventory-more", {**HOSTS, **MORE_HOSTS})
     yield SimpleNamespace(inventory=inventory)
     for node in (SICK, MIGN):
@@ -578,8 +576,6 @@ def more(ctx):
         harness.unpublish(node)
         harness.delete("v1", "Node", node)
         shutil.rmtree(harness.host_root(node), ignore_errors=True)
-    if created_mig_class:
-        harness.delete(RULES, "DeviceClass", MIG_CLASS)
 
 
 def isolate_unhealthy(ctx, more, *extra):

@@ -14,7 +14,14 @@ Pure functions here (commands, parsing, the decision); running them is the modul
 from __future__ import annotations
 
 import json
+import os
 import re
+import tarfile
+
+try:
+    import yaml
+except ImportError:  # ansible-core brings PyYAML; read_chart_metadata says so when it is missing
+    yaml = None
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import DNS_LABEL_RE
@@ -67,6 +74,82 @@ def chart_name_of(chart_ref):
     return str(chart_ref).rstrip("/").rsplit("/", 1)[-1]
 
 
+def _bare(version):
+    """``v1.2.3`` and ``1.2.3`` are the same release (charts spell it both ways)."""
+    text = str(version or "").strip()
+    return text[1:] if text[:1] in ("v", "V") else text
+
+
+def read_chart_metadata(path):
+    """The ``Chart.yaml`` of a local chart: a chart folder or a packaged ``.tgz`` (``helm package``).
+
+    Only the top-level chart's file counts, not a vendored subchart's (``<chart>/charts/...``).
+    """
+    path = str(path or "")
+    if yaml is None:
+        raise HelmError("reading a local chart's Chart.yaml needs PyYAML (pip install pyyaml)")
+    try:
+        if os.path.isdir(path):
+            with open(os.path.join(path, "Chart.yaml"), encoding="utf-8") as handle:
+                text = handle.read()
+        elif os.path.isfile(path):
+            with tarfile.open(path, "r:*") as archive:
+                members = [
+                    m
+                    for m in archive.getmembers()
+                    if m.isfile() and m.name.count("/") == 1 and m.name.endswith("/Chart.yaml")
+                ]
+                if not members:
+                    raise HelmError(
+                        f"the chart archive {path} has no <chart>/Chart.yaml at its top: is it a packaged chart?"
+                    )
+                text = archive.extractfile(members[0]).read().decode("utf-8")
+        else:
+            raise HelmError(f"the local chart {path!r} is neither a chart folder nor a packaged chart (.tgz)")
+    except (OSError, tarfile.TarError, UnicodeDecodeError) as exc:
+        raise HelmError(f"cannot read the Chart.yaml of the local chart {path}: {exc}") from exc
+    try:
+        meta = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise HelmError(f"the Chart.yaml of the local chart {path} is not YAML: {exc}") from exc
+    if not isinstance(meta, dict) or not meta.get("name") or not meta.get("version"):
+        raise HelmError(f"the Chart.yaml of the local chart {path} has no name or no version")
+    return {
+        "name": str(meta["name"]),
+        "version": str(meta["version"]),
+        "app_version": str(meta.get("appVersion") or ""),
+    }
+
+
+def check_local_chart(meta, path, want_name, want_version):
+    """Refuse a local chart that is not the one gpusplit was built for, naming both.
+
+    The version is compared without a leading ``v``. A development version (``...-devel``, what a
+    chart folder in its source repository says between releases, e.g. the GPU Operator's
+    ``v1.0.0-devel`` at every tag) is refused with the ``helm package`` command that stamps it
+    the way the release does; gpusplit cannot tell which commit such a folder is from.
+    """
+    have = f"{meta['name']} {meta['version']}"
+    want = f"{want_name} {want_version}"
+    if meta["name"] != want_name:
+        raise HelmError(
+            f"the local chart {path} is {have}, but gpusplit was built for {want}: give the {want_name} chart"
+        )
+    if _bare(meta["version"]) == _bare(want_version):
+        return meta
+    if meta["version"].endswith("-devel"):
+        raise HelmError(
+            f"the local chart {path} is {have} (appVersion {meta['app_version'] or 'unset'}), an unreleased "
+            f"source checkout, not the released {want} gpusplit was built for. If it is the source of the "
+            f"{want_version} release, package it the way the release does and give the .tgz: "
+            f"helm package {path} --version {want_version} --app-version {want_version}"
+        )
+    raise HelmError(
+        f"the local chart {path} is {have}, but gpusplit was built for {want}: give the {want_version} chart "
+        f"(or change the version pin only after checking gpusplit's values against the new chart)"
+    )
+
+
 def global_args(kubeconfig=None, context=None):
     args = []
     if kubeconfig:
@@ -101,13 +184,19 @@ def upgrade_command(
     timeout=None,
     kubeconfig=None,
     context=None,
+    local=False,
 ):
     """``helm upgrade --install``: the values file is the release's whole user-supplied values.
 
     ``--reset-values`` so that a value dropped from the file is dropped from the release too
     (helm would otherwise keep it from the last revision only when no values are given).
+    A local chart (``local``: a folder or a .tgz) is given without ``--version``: helm ignores
+    it there, so its version is checked from its Chart.yaml beforehand (``check_local_chart``).
     """
-    cmd = [helm, "upgrade", "--install", name, chart_ref, "--version", str(chart_version), "-n", namespace]
+    cmd = [helm, "upgrade", "--install", name, chart_ref]
+    if not local:
+        cmd += ["--version", str(chart_version)]
+    cmd += ["-n", namespace]
     if repo_url and not is_oci(chart_ref):
         cmd += ["--repo", repo_url]
     if create_namespace:
@@ -152,16 +241,17 @@ def _normalised(values):
     return json.loads(json.dumps(values or {}, sort_keys=True))
 
 
-def decide(row, live_values, chart_ref, chart_version, values):
+def decide(row, live_values, chart_ref, chart_version, values, chart_name=None):
     """What to do: ``install``, ``upgrade`` (with the reasons) or ``none``.
 
     Unchanged only when the release is ``deployed`` from the same chart and version with the
-    same values. A failed or pending release is upgraded again.
+    same values. A failed or pending release is upgraded again. ``chart_name``: the name from a
+    local chart's Chart.yaml (a path says nothing about it).
     """
     if row is None:
         return {"action": "install", "reasons": ["the release is not installed"]}
     reasons = []
-    want_chart = f"{chart_name_of(chart_ref)}-{chart_version}"
+    want_chart = f"{chart_name or chart_name_of(chart_ref)}-{chart_version}"
     if row.get("chart") != want_chart:
         reasons.append(f"chart {row.get('chart')} is installed, {want_chart} is wanted")
     if row.get("status") != "deployed":

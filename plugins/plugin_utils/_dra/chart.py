@@ -3,6 +3,7 @@
 """The values for the dra-driver-nvidia-gpu Helm chart on a gpusplit fleet. Private to the collection.
 
 ``chart_values`` from gpusplit's driver settings (``resolve_driver_settings`` checks them);
+``chart_refusals`` says what the chart's own ``templates/validation.yaml`` would refuse;
 ``unknown_value_paths`` finds keys the chart does not have; ``deep_merge`` merges values the
 way Helm does.
 """
@@ -25,6 +26,77 @@ DEFAULT_DRIVER_SETTINGS = {
     "image_tag": None,  # image.tag
     "extra_values": {},  # merged last, as they are
 }
+
+
+# The defaults of the chart's values.yaml (0.4.x) that its templates/validation.yaml looks at.
+CHART_VALIDATION_DEFAULTS = {
+    "gpuResourcesEnabledOverride": False,
+    "resources": {"gpus": {"enabled": True}},
+    "webhook": {
+        "enabled": False,
+        "tls": {"mode": "cert-manager", "certManager": {"issuerType": "selfsigned", "issuerName": ""}},
+    },
+}
+_WEBHOOK_TLS_MODES = ("cert-manager", "secret")
+_CERT_MANAGER_ISSUERS = ("selfsigned", "clusterissuer", "issuer")
+
+
+def _at(values, *path):
+    for key in path:
+        if not isinstance(values, dict):
+            return None
+        values = values.get(key)
+    return values
+
+
+def chart_refusals(values):
+    """What the chart's ``templates/validation.yaml`` (0.4.x) would refuse in ``values``, in its own terms.
+
+    The chart fails its rendering on these; gpusplit says so before any change (the preflight
+    renders the values before the DeviceTaintRules are applied).
+    """
+    v = deep_merge(CHART_VALIDATION_DEFAULTS, values or {})
+    out = []
+    if v.get("namespace"):
+        out.append(
+            f"namespace {v['namespace']!r}: the chart no longer takes an explicit 'namespace' value; "
+            "the release's namespace is gpusplit_dra_namespace (helm --namespace)"
+        )
+    if _at(v, "resources", "gpus", "enabled") and not v.get("gpuResourcesEnabledOverride"):
+        out.append(
+            "resources.gpus.enabled is true without gpuResourcesEnabledOverride: true: the chart refuses it, "
+            "because with GPUs enabled the DRA driver must not share a node with the standard GPU device "
+            "plugin (until KEP 5004, DRA extended resources, is GA); set the override only where no device "
+            "plugin runs on the DRA nodes (gpusplit's preflight checks that), or disable resources.gpus"
+        )
+    if v.get("nvidiaCtkPath"):
+        out.append(
+            "nvidiaCtkPath: the chart no longer supports it (the driver ships its own CDI hook); remove it"
+        )
+    if _at(v, "webhook", "enabled"):
+        mode = _at(v, "webhook", "tls", "mode")
+        issuer = _at(v, "webhook", "tls", "certManager", "issuerType")
+        if mode not in _WEBHOOK_TLS_MODES:
+            out.append(
+                f"webhook.tls.mode {mode!r}: with the webhook enabled it must be cert-manager or secret"
+            )
+        elif mode == "cert-manager" and issuer not in _CERT_MANAGER_ISSUERS:
+            out.append(
+                f"webhook.tls.certManager.issuerType {issuer!r}: must be selfsigned, clusterissuer or issuer"
+            )
+        elif (
+            mode == "cert-manager"
+            and issuer != "selfsigned"
+            and not _at(v, "webhook", "tls", "certManager", "issuerName")
+        ):
+            out.append(
+                f"webhook.tls.certManager.issuerName is empty: an issuer of type {issuer} needs a name"
+            )
+        elif mode == "secret" and not _at(v, "webhook", "tls", "secret", "name"):
+            out.append(
+                "webhook.tls.secret.name is empty: webhook TLS mode secret needs the TLS secret's name"
+            )
+    return out
 
 
 def resolve_driver_settings(settings=None):
@@ -96,7 +168,11 @@ def chart_values(settings=None):
         image["tag"] = str(s["image_tag"])
     if image:
         values["image"] = image
-    return deep_merge(values, s["extra_values"])
+    values = deep_merge(values, s["extra_values"])
+    refusals = chart_refusals(values)
+    if refusals:
+        raise DraError([f"the dra-driver-nvidia-gpu chart would refuse these values: {r}" for r in refusals])
+    return values
 
 
 def unknown_value_paths(values, reference, prefix=""):

@@ -152,3 +152,116 @@ def test_the_module_names_the_release_in_a_refusal(tmp_path, capsys):
     assert out["msg"].startswith(
         "helm release dra-ns/Not_A_Label: release name 'Not_A_Label' must be a DNS label"
     )
+
+
+def write_chart(base, name, version, app_version=None, subchart=None):
+    folder = base / name
+    (folder / "templates").mkdir(parents=True)
+    meta = f"apiVersion: v2\nname: {name}\nversion: {version}\n"
+    if app_version:
+        meta += f"appVersion: {app_version}\n"
+    (folder / "Chart.yaml").write_text(meta)
+    if subchart:  # a vendored subchart's Chart.yaml must not be taken for the chart's
+        sub = folder / "charts" / subchart
+        sub.mkdir(parents=True)
+        (sub / "Chart.yaml").write_text(f"apiVersion: v2\nname: {subchart}\nversion: 0.19.0\n")
+    return folder
+
+
+def package(folder, dest):
+    import tarfile
+
+    with tarfile.open(dest, "w:gz") as archive:
+        archive.add(folder, arcname=folder.name)
+    return dest
+
+
+def test_a_local_chart_is_read_from_a_folder_or_a_packaged_tgz(tmp_path):
+    folder = write_chart(tmp_path, "gpu-operator", "v26.7.0", "v26.7.0", subchart="node-feature-discovery")
+    tgz = package(folder, tmp_path / "gpu-operator-v26.7.0.tgz")
+    want = {"name": "gpu-operator", "version": "v26.7.0", "app_version": "v26.7.0"}
+    assert H.read_chart_metadata(str(folder)) == want
+    assert H.read_chart_metadata(str(tgz)) == want
+    with pytest.raises(H.HelmError, match="neither a chart folder nor a packaged chart"):
+        H.read_chart_metadata(str(tmp_path / "missing"))
+    (tmp_path / "junk.tgz").write_bytes(b"not a tarball")
+    with pytest.raises(H.HelmError, match="cannot read the Chart.yaml of the local chart .*junk.tgz"):
+        H.read_chart_metadata(str(tmp_path / "junk.tgz"))
+
+
+@pytest.mark.parametrize(
+    "name, version, app_version, message",
+    [
+        ("dra-driver-nvidia-gpu", "0.4.1", None, None),
+        ("dra-driver-nvidia-gpu", "v0.4.1", None, None),  # a leading v aside
+        (
+            "nvidia-device-plugin",
+            "0.20.0",
+            None,
+            "is nvidia-device-plugin 0.20.0, but gpusplit was built for dra-driver-nvidia-gpu 0.4.1",
+        ),
+        (
+            "dra-driver-nvidia-gpu",
+            "0.4.0",
+            None,
+            "is dra-driver-nvidia-gpu 0.4.0, but gpusplit was built for dra-driver-nvidia-gpu 0.4.1",
+        ),
+        (
+            "dra-driver-nvidia-gpu",
+            "v1.0.0-devel",
+            "main-latest",
+            "v1.0.0-devel (appVersion main-latest), an unreleased source checkout, not the released "
+            "dra-driver-nvidia-gpu 0.4.1 gpusplit was built for",
+        ),
+    ],
+)
+def test_a_local_chart_must_be_the_one_gpusplit_was_built_for(name, version, app_version, message):
+    meta = {"name": name, "version": version, "app_version": app_version or ""}
+    if message is None:
+        assert H.check_local_chart(meta, "/c", "dra-driver-nvidia-gpu", "0.4.1") == meta
+    else:
+        with pytest.raises(H.HelmError) as refused:
+            H.check_local_chart(meta, "/c", "dra-driver-nvidia-gpu", "0.4.1")
+        assert message in str(refused.value)
+        if "devel" in version:
+            assert str(refused.value).endswith("helm package /c --version 0.4.1 --app-version 0.4.1")
+
+
+def test_a_local_chart_is_installed_without_version_and_repo_flags():
+    cmd = H.upgrade_command("helm", "dra", "dra-ns", "/c/dra.tgz", "0.4.1", "/v.yaml", local=True)
+    assert cmd[:5] == ["helm", "upgrade", "--install", "dra", "/c/dra.tgz"]
+    assert "--version" not in cmd and "--repo" not in cmd
+    assert (
+        H.decide(ROW, {}, "/c/dra.tgz", "0.4.1", {}, chart_name="dra-driver-nvidia-gpu")["action"] == "none"
+    )
+
+
+def test_the_module_refuses_a_local_chart_of_another_version_before_running_helm(tmp_path, capsys):
+    import json
+
+    from ansible.module_utils.testing import patch_module_args
+
+    from ansible_collections.gpusplit.k8s.plugins.modules import helm_release
+
+    ran = tmp_path / "helm-ran"
+    helm = tmp_path / "helm"
+    helm.write_text(f"#!/bin/sh\ntouch {ran}\nexit 0\n")
+    helm.chmod(0o755)
+    folder = write_chart(tmp_path, "gpu-operator", "v1.0.0-devel", "main-latest")
+    args = {
+        "name": "gpu-operator",
+        "namespace": "gpu-operator",
+        "chart_path": str(folder),
+        "chart_name": "gpu-operator",
+        "chart_version": "v26.7.0",
+        "binary_path": str(helm),
+    }
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        helm_release.main()
+    out = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 1
+    assert out["msg"].startswith(
+        f"helm release gpu-operator/gpu-operator: the local chart {folder} is gpu-operator v1.0.0-devel"
+    )
+    assert f"helm package {folder} --version v26.7.0 --app-version v26.7.0" in out["msg"]
+    assert not ran.exists()  # refused before helm ran at all

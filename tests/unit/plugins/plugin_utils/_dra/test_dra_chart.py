@@ -102,3 +102,61 @@ def test_the_chart_version_is_pinned_once_and_matches_the_reference():
         ROOT / "roles" / "dra_driver" / "defaults" / "main.yml",
         ROOT / "roles" / "dra_driver" / "meta" / "argument_specs.yml",
     }
+
+
+CHART_DIR = REFERENCE_DIR / "charts" / "dra-driver-nvidia-gpu"
+
+
+def helm_template(values, tmp_path):
+    """The real chart rendered by helm (no cluster): (exit code, output)."""
+    import shutil
+    import subprocess
+
+    helm = shutil.which("helm")
+    if not helm or not CHART_DIR.is_dir():
+        pytest.skip(f"helm or the chart ({CHART_DIR}) is missing")
+    values_file = tmp_path / "values.yaml"
+    values_file.write_text(yaml.safe_dump(values))
+    proc = subprocess.run(
+        [helm, "template", "gs", str(CHART_DIR), "-n", "dra-driver-nvidia-gpu", "-f", str(values_file)]
+        + ["--api-versions", "resource.k8s.io/v1"],
+        capture_output=True,
+        text=True,
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def test_the_real_chart_accepts_gpusplits_values_and_renders_its_device_classes(tmp_path):
+    rc, out = helm_template(chart_values({"feature_gates": {"NVMLDeviceHealthCheck": True}}), tmp_path)
+    assert rc == 0, out[-2000:]
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    classes = sorted(d["metadata"]["name"] for d in docs if d["kind"] == "DeviceClass")
+    assert classes == ["gpu.nvidia.com", "mig.nvidia.com", "vfio.gpu.nvidia.com"]
+    [plugin] = [d for d in docs if d["kind"] == "DaemonSet"]
+    assert plugin["spec"]["template"]["spec"]["nodeSelector"] == {"gpusplit.io/mode": "dra"}
+
+
+@pytest.mark.parametrize(
+    "extra, said",
+    [
+        (
+            {"gpuResourcesEnabledOverride": False},
+            "resources.gpus.enabled is true without gpuResourcesEnabledOverride",
+        ),
+        ({"namespace": "x"}, "explicit 'namespace' value"),
+        ({"nvidiaCtkPath": "/usr/bin/nvidia-ctk"}, "nvidiaCtkPath: the chart no longer supports it"),
+        ({"webhook": {"enabled": True, "tls": {"mode": "vault"}}}, "webhook.tls.mode 'vault'"),
+        (
+            {"webhook": {"enabled": True, "tls": {"certManager": {"issuerType": "issuer"}}}},
+            "issuerName is empty",
+        ),
+        ({"webhook": {"enabled": True, "tls": {"mode": "secret"}}}, "webhook.tls.secret.name is empty"),
+    ],
+)
+def test_what_the_real_chart_refuses_gpusplit_refuses_first_with_the_charts_reason(extra, said, tmp_path):
+    with pytest.raises(DraError) as refused:
+        chart_values({"extra_values": extra})
+    assert "the dra-driver-nvidia-gpu chart would refuse these values: " in str(refused.value)
+    assert said in str(refused.value)
+    rc, out = helm_template(deep_merge(chart_values(), extra), tmp_path)
+    assert rc != 0 and "templates/validation.yaml" in out, out[-2000:]  # and so does the chart itself
