@@ -70,10 +70,10 @@ options:
     type: path
     default: helm
 extends_documentation_fragment:
-  - gpusplit.k8s.cluster
+  - gpusplit.k8s.cluster_auth
   - gpusplit.k8s.attributes.check_mode_and_diff
 author:
-  - gpusplit team
+  - gpusplit team (!UNKNOWN)
 """
 
 EXAMPLES = r"""
@@ -140,6 +140,8 @@ from ansible.module_utils.basic import AnsibleModule, missing_required_lib
 
 try:
     import yaml
+
+    YAML_IMPORT_ERROR = None
 except ImportError:  # ansible-core brings PyYAML; reported by main() all the same
     yaml = None
     YAML_IMPORT_ERROR = traceback.format_exc()
