@@ -145,3 +145,12 @@ def test_module_utils_holds_only_what_modules_use(path):
         f"{path.relative_to(ROOT)}: no module imports it, directly or through module_utils; "
         "move it to plugins/plugin_utils/"
     )
+
+
+def test_test_file_names_are_unique():
+    """pytest imports test files by basename (the test folders are not packages): two files of one
+    name make the second fail to collect, so a unit test must not share its name with another."""
+    seen: dict[str, list[str]] = {}
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
+    assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
