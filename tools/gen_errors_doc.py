@@ -68,11 +68,12 @@ CAPABILITIES = (
     ),
     (
         "Rendering and applying the split",
-        "The split device plugin's objects, node labels and taints, the plugin settings, and "
-        "`cluster_apply` (server-side apply).",
+        "The split device plugin's objects, node labels and taints, the plugin settings, the output "
+        "directory, the cluster connection, and `cluster_apply` (server-side apply).",
         (
             "plugin_utils/render.py",
             "plugin_utils/settings.py",
+            "plugin_utils/out_dir.py",
             "module_utils/_k8s/",
             "modules/cluster_apply.py",
             "modules/helm_release.py",

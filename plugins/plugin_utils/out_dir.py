@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 
 DEFAULT_NAME = "out"
 
@@ -23,7 +23,7 @@ def out_dir(setting=None, cwd=None):
     ``cwd``/out when it is None or empty. ``cwd`` defaults to the controller's working directory."""
     if setting is not None and not isinstance(setting, str):
         raise GpusplitError(
-            f"gpusplit_out_dir: expected a directory path (a string), got {type(setting).__name__} {setting!r}"
+            f"gpusplit_out_dir: expected a directory path (a string), got {type_name(setting)} {setting!r}"
         )
     base = os.getcwd() if cwd is None else str(cwd)
     path = os.path.expanduser(setting.strip()) if setting and setting.strip() else DEFAULT_NAME

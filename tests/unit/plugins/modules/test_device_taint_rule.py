@@ -79,7 +79,7 @@ def test_device_taint_rule_module_documents_its_arguments():
         "field_manager",
     }
     assert doc["extends_documentation_fragment"] == [
-        "gpusplit.k8s.cluster",  # kubeconfig, context
+        "gpusplit.k8s.cluster_auth",  # kubeconfig, context (and their K8S_AUTH_* fallbacks)
         "gpusplit.k8s.attributes.check_mode_no_diff",
     ]
     yaml.safe_load(mod.EXAMPLES)
