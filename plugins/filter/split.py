@@ -40,14 +40,14 @@ def render_daemonsets(plan, settings=None):
     return render.render_daemonsets(plan, settings)
 
 
-def prune_scope(plan, base_selector, inventory_nodes):
-    """{selector, kept}: prune only nodes this run planned or that left the inventory."""
-    return render.prune_scope(base_selector, plan, inventory_nodes)
+def prune_scope(plan, base_selector, inventory_nodes, scope="inventory"):
+    """{selector, kept}: prune only nodes this run planned (or, scope inventory, that left the inventory)."""
+    return render.prune_scope(base_selector, plan, inventory_nodes, scope)
 
 
-def departed_nodes(live_nodes, plan, inventory_nodes):
-    """Live nodes with gpusplit's labels whose host is gone from the inventory."""
-    return render.departed_nodes(live_nodes, plan, inventory_nodes)
+def departed_nodes(live_nodes, plan, inventory_nodes, scope="inventory"):
+    """Live nodes with gpusplit's labels whose host is gone from the inventory (none with scope plan)."""
+    return render.departed_nodes(live_nodes, plan, inventory_nodes, scope)
 
 
 def release_patches(names):
@@ -70,9 +70,9 @@ def node_patches(plan, operator_managed=False, gpu_taint=False):
     return render.render_node_patches(plan, operator_managed, gpu_taint)
 
 
-def gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes):
+def gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes, scope="inventory"):
     """Live nodes whose GPU taint gpusplit set and now takes off."""
-    return render.gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes)
+    return render.gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes, scope)
 
 
 def stock_plugin_exclusion(existing=None, settings=None):

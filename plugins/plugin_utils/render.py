@@ -14,6 +14,7 @@ import functools
 import json
 import os
 import re
+import urllib.parse
 
 import jinja2
 import yaml
@@ -114,30 +115,68 @@ def mode_of(node_plan):
 # names
 
 
-def prune_scope(base_selector, plan, inventory_nodes):
+PRUNE_SCOPES = ("inventory", "plan")
+# kube-apiserver answers 431 to a request line over 1 MiB (Go's http.DefaultMaxHeaderBytes); the prune's
+# list request carries the selector URL-encoded. Measured on the lab: 15,000 values of 63 characters
+# pass, 20,000 do not.
+MAX_SELECTOR_BYTES = 1 << 20
+_SELECTOR_MARGIN = 4096  # the rest of the request line and headers
+
+
+def _prune_scope_name(scope):
+    if scope not in PRUNE_SCOPES:
+        raise RenderError(
+            f"gpusplit_prune_scope: {scope!r} is not one of {', '.join(PRUNE_SCOPES)} (inventory: nodes gone "
+            "from the inventory are cleaned up too; plan: only the nodes this run planned are touched)"
+        )
+    return scope
+
+
+def prune_scope(base_selector, plan, inventory_nodes, scope="inventory"):
     """Which of gpusplit's per-node objects (split DaemonSets, host-share DeviceTaintRules) a run may prune.
 
-    A run decides about the nodes in its plan and about nodes gone from the inventory. A node that
-    is still in the inventory but not in the plan (left out by ``--limit``, unreachable, failed
-    discovery) keeps its objects: pruning them would hand its host GPUs to pods, or take its GPUs
-    away from Kubernetes, without anyone having asked. Returns {"selector": the label selector
-    for the prune (``base_selector`` plus ``gpusplit.io/node notin (...)``), "kept": node names}.
+    ``scope="inventory"``: a run decides about the nodes in its plan and about nodes gone from the
+    inventory. A node that is still in the inventory but not in the plan (left out by ``--limit``,
+    unreachable, failed discovery) keeps its objects: pruning them would hand its host GPUs to
+    pods, or take its GPUs away from Kubernetes, without anyone having asked.
+    ``scope="plan"``: the run decides only about the nodes in its plan (an AWX job slice, whose
+    inventory holds only its own hosts): ``base_selector`` plus ``gpusplit.io/node in (...)``;
+    an empty plan prunes nothing (selector None).
+
+    Returns {"selector": the label selector for the prune (None: prune nothing), "kept": inventory
+    nodes outside the plan, whose objects stay}.
     """
+    scope = _prune_scope_name(scope)
     planned = {p["node"] for p in node_plans(plan)}
     kept = sorted({str(n) for n in inventory_nodes or [] if str(n) not in planned})
-    if not kept:
-        return {"selector": base_selector, "kept": []}
-    values = ",".join(sorted({label_value(n) for n in kept}))
-    return {"selector": f"{base_selector},{LABEL_NODE} notin ({values})", "kept": kept}
+    if scope == "plan":
+        values = ",".join(sorted({label_value(n) for n in planned}))
+        selector = f"{base_selector},{LABEL_NODE} in ({values})" if planned else None
+    elif kept:
+        values = ",".join(sorted({label_value(n) for n in kept}))
+        selector = f"{base_selector},{LABEL_NODE} notin ({values})"
+    else:
+        selector = base_selector
+    size = len(urllib.parse.quote(selector or "", safe=""))
+    if size > MAX_SELECTOR_BYTES - _SELECTOR_MARGIN:
+        nodes = len(planned) if scope == "plan" else len(kept)
+        raise RenderError(
+            f"the prune's label selector names {nodes} nodes ({size} bytes URL-encoded, scope {scope}); "
+            f"kube-apiserver refuses requests over {MAX_SELECTOR_BYTES} bytes. Run the split for fewer hosts at "
+            "a time: --limit (scope inventory) or more job slices (scope plan)"
+        )
+    return {"selector": selector, "kept": kept}
 
 
-def departed_nodes(live_nodes, plan, inventory_nodes):
+def departed_nodes(live_nodes, plan, inventory_nodes, scope="inventory"):
     """Names of live nodes that carry gpusplit's labels but whose host left the inventory.
 
     Nodes in the plan get their labels from render_node_patches; nodes of inventory hosts outside
     this run are left alone (see prune_scope). What is left are nodes gpusplit labelled once and
-    nobody plans any more.
+    nobody plans any more. With ``scope="plan"`` the run knows no more than its plan: none.
     """
+    if _prune_scope_name(scope) == "plan":
+        return []
     keep = {p["node"] for p in node_plans(plan)} | {str(n) for n in inventory_nodes or []}
     out = []
     for node in live_nodes or []:
@@ -329,7 +368,7 @@ def has_gpu_taint(live_node):
     )
 
 
-def gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes=None):
+def gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes=None, scope="inventory"):
     """Names of the live nodes whose GPU taint gpusplit set and must now take off.
 
     ``live_nodes``: the nodes as they were before this run applied its node patches (their
@@ -337,8 +376,10 @@ def gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes=None):
     it still has it, gpusplit set it, and either it is planned in this run and no longer gets it
     (``taint_enabled`` off, or its Kubernetes share dropped to 0), or its host left the inventory.
     A taint that someone else set (no annotation) is never touched, and nodes of inventory hosts
-    outside this run (--limit, unreachable) are left as they are (see prune_scope).
+    outside this run (--limit, unreachable) are left as they are (see prune_scope). With
+    ``scope="plan"`` only planned nodes lose it: a node outside the plan is never "departed".
     """
+    plan_only = _prune_scope_name(scope) == "plan"
     planned = {p["node"]: p for p in node_plans(plan)}
     inventory = {str(n) for n in inventory_nodes or []}
     out = []
@@ -350,7 +391,7 @@ def gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes=None):
         if name in planned:
             if not node_taints(planned[name], taint_enabled):
                 out.append(name)
-        elif name not in inventory:
+        elif name not in inventory and not plan_only:
             out.append(name)
     return sorted(out)
 

@@ -7,7 +7,8 @@ inventory, and ansible-doc renders every module, role and filter of that install
 
 Then job slicing by --limit (docs/awx.md): two slices of the lab inventory, one after the other,
 each planning only its hosts; the second keeps the first's DaemonSets and verify.yml ends with
-every node OK.
+every node OK. And AWX's slicing (each slice's inventory holds only its hosts) with
+gpusplit_prune_scope=plan: a slice leaves the other slice's DaemonSets and labels alone.
 
 The lab inventory derives gpusplit_lab_root from playbook_dir, which for an installed collection's
 playbook is the install, so the run passes the checkout as gpusplit_lab_root (the fakes, fixtures
@@ -209,20 +210,41 @@ def _slice_inventory(tmp_path: Path, hosts: list[str]) -> Path:
     return dest
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a slice whose inventory holds only its own hosts treats the other slices' nodes as gone from "
-    "the inventory: prune_scope/departed_nodes (plugins/plugin_utils/render.py) prune their DaemonSets "
-    "and take their labels off (docs/awx.md, 'AWX's job slicing is different')",
-)
+def _split_labels(kubectl, nodes) -> dict[str, str | None]:
+    items = kubectl.json("get", "nodes")["items"]
+    return {
+        n["metadata"]["name"]: n["metadata"]["labels"].get("gpusplit.io/split")
+        for n in items
+        if n["metadata"]["name"] in nodes
+    }
+
+
 def test_awx_style_slices_keep_each_others_objects(lab, kubectl, installed, tmp_path):
-    """AWX's job slicing: each slice job gets an inventory of its own hosts only."""
+    """AWX's job slicing: each slice job gets an inventory of its own hosts only; the job template
+    sets gpusplit_prune_scope=plan, so a slice touches only the nodes it planned (docs/awx.md)."""
+    playbook(installed, "split")  # every node as the full inventory says
+    before = _daemonset_versions(kubectl)
+    others = [n for n in before if not any(n.endswith(h) for h in SLICES[0])]
+    other_nodes = list(SLICES[1])
+    labels = _split_labels(kubectl, other_nodes)
+    assert others and any(v == "true" for v in labels.values()), (before, labels)
     try:
-        playbook(installed, "site")  # every node as the full inventory says
-        before = _daemonset_versions(kubectl)
-        playbook(installed, "split", inventory=_slice_inventory(tmp_path / "a", SLICES[0]))
+        run = playbook(
+            installed,
+            "split",
+            "-e",
+            "gpusplit_prune_scope=plan",
+            inventory=_slice_inventory(tmp_path / "a", SLICES[0]),
+        )
         after = _daemonset_versions(kubectl)
-        others = [n for n in before if not any(n.endswith(h) for h in SLICES[0])]
-        assert others and all(after.get(n) == before[n] for n in others), (before, after)
-    finally:
-        playbook(installed, "site")  # the lab as the full inventory says, for the tests after this one
+        # the other slice's split plugins and labels are as they were: not pruned, not released
+        assert all(after.get(n) == before[n] for n in others), (before, after)
+        assert _split_labels(kubectl, other_nodes) == labels
+        # and the slice's own plugins are still applied
+        assert {"gpusplit-dp-lab-dgx-01", "gpusplit-dp-lab-ws-01"} <= set(after), after
+        assert "inventory host(s) not planned" not in " ".join(
+            run.stdout.split()
+        )  # its inventory is its plan
+    except AssertionError:
+        playbook(installed, "split")  # the lab as the full inventory says, for the tests after this one
+        raise

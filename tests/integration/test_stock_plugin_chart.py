@@ -6,19 +6,24 @@ lab's device-plugin simulator (lab/deviceplugin.py) advertises for them as for a
 
 What is shown (docs/split.md, "A stock plugin installed with Helm"):
 
-1. gpusplit's exclusion as a server-side-apply patch (``gpusplit_stock_plugin_action=exclude``) takes
-   the node affinity from the field manager ``helm``; the site's next ``helm upgrade`` with its
-   original values then fails on the conflict, and with ``--force-conflicts`` it removes the
-   exclusion. So a Helm-managed stock plugin must be kept off split nodes by its values.
-2. With the exclusion in the release's values, the split needs no patch: split.yml finds no
-   colliding plugin, the stock plugin leaves the split node, verify.yml says OK, and the site's
-   ``helm upgrade`` with those values leaves it OK.
+1. gpusplit does not patch a Helm-managed DaemonSet (a server-side-apply patch of its affinity
+   breaks the release's next ``helm upgrade``, or is taken back by it with ``--force-conflicts``):
+   split.yml refuses, with ``refuse`` and with ``exclude`` alike, before any change, naming the
+   release, its namespace and the values to add; those values are the chart's own terms with
+   gpusplit's expression.
+2. With those values in the release (``helm upgrade``), split.yml takes the node over in order:
+   the node's labels first, then the stock plugin's pod gone from it, then the split DaemonSet
+   (the writes' resourceVersions, one etcd, say so). verify.yml says OK, and the site's next
+   ``helm upgrade`` with the same values leaves it OK.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import shutil
+import textwrap
+import threading
 import uuid
 from pathlib import Path
 
@@ -33,6 +38,7 @@ NS = f"gsstock-{RUN}"
 RELEASE = "nvidia-device-plugin"
 DS = RELEASE  # the chart's fullname when the release is named after the chart
 NODE = f"gsstock-{RUN}-dgx"
+SPLIT_DS = f"gpusplit-dp-{NODE}"
 EXCLUDE = {"key": "gpusplit.io/split", "operator": "NotIn", "values": ["true"]}
 
 
@@ -52,16 +58,20 @@ def site_values():
     return {"affinity": chart["affinity"]}
 
 
+def daemonset(kubectl):
+    return kubectl.json("get", "daemonset", DS, "-n", NS, "--show-managed-fields")
+
+
 def terms(kubectl):
-    ds = kubectl.json("get", "daemonset", DS, "-n", NS, "--show-managed-fields")
+    ds = daemonset(kubectl)
     affinity = ds["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
     managers = {m["manager"] for m in ds["metadata"]["managedFields"]}
     return affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"], managers
 
 
 def stock_pods_on_node(kubectl):
-    pods = kubectl.json("get", "pods", "-n", NS, "--field-selector", f"spec.nodeName={NODE}")["items"]
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+    """The stock plugin's pods bound to the node, terminating ones included (their plugin may still run)."""
+    return kubectl.json("get", "pods", "-n", NS, "--field-selector", f"spec.nodeName={NODE}")["items"]
 
 
 @pytest.fixture(scope="module")
@@ -99,7 +109,7 @@ def stock(lab, kubectl, core_api, tmp_path_factory):
         api_ready(kubectl)
         real_charts.uninstall(RELEASE, NS)
         kubectl("delete", "namespace", NS, "--wait=false", "--ignore-not-found")
-        kubectl("delete", "daemonset", "-n", "kube-system", f"gpusplit-dp-{NODE}", "--ignore-not-found")
+        kubectl("delete", "daemonset", "-n", "kube-system", SPLIT_DS, "--ignore-not-found")
         kubectl("delete", "node", NODE, "--wait=false", "--ignore-not-found")
 
 
@@ -111,38 +121,147 @@ def verify(kubectl, stock):
     return entry["verdict"], entry
 
 
-def test_an_apply_patch_on_the_helm_managed_daemonset_breaks_the_sites_helm_upgrade(stock, kubectl):
+def refusal(output: str) -> str:
+    """The message of the failed assert in ansible-playbook's output (results printed as YAML, ansible.cfg)."""
+    lines = output.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("fatal: [localhost]: FAILED! =>"):
+            block = []
+            for follow in lines[i + 1 :]:
+                if follow.strip() and not follow.startswith(" "):
+                    break
+                block.append(follow)
+            return yaml.safe_load(textwrap.dedent("\n".join(block)))["msg"]
+    raise AssertionError(f"no failed task in:\n{output[-4000:]}")
+
+
+class Writes:
+    """Watch events on the test node, the stock plugin's pods on it and its split DaemonSet, in etcd order.
+
+    The lab's apiserver has one etcd, so resourceVersions are etcd revisions: one number line for
+    every object, whichever watch delivered the event (DELETED events carry the deletion's revision).
+    """
+
+    def __init__(self, core_api, apps_api, since: str):
+        from kubernetes import watch
+
+        self.events: list[tuple[int, str, str, dict]] = []
+        self.stop = threading.Event()
+        sources = [
+            ("node", core_api.list_node, {"field_selector": f"metadata.name={NODE}"}),
+            (
+                "stock-pod",
+                core_api.list_namespaced_pod,
+                {"namespace": NS, "field_selector": f"spec.nodeName={NODE}"},
+            ),
+            (
+                "split-ds",
+                apps_api.list_namespaced_daemon_set,
+                {"namespace": "kube-system", "field_selector": f"metadata.name={SPLIT_DS}"},
+            ),
+        ]
+        self.threads = [
+            threading.Thread(target=self._watch, args=(watch, what, fn, kw, since), daemon=True)
+            for what, fn, kw in sources
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _watch(self, watch, what, fn, kwargs, since):
+        rv = since
+        while not self.stop.is_set():
+            try:
+                for event in watch.Watch().stream(fn, resource_version=rv, timeout_seconds=3, **kwargs):
+                    obj = event["raw_object"]
+                    rv = obj["metadata"]["resourceVersion"]
+                    self.events.append((int(rv), what, event["type"], obj))
+            except Exception:  # the watch was cut (apiserver restart): go on from the last revision
+                self.stop.wait(1)
+
+    def close(self):
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=15)
+        return sorted(self.events, key=lambda e: e[0])
+
+
+def test_split_refuses_a_helm_managed_stock_plugin_naming_its_release_and_values(stock, kubectl):
     verdict, entry = verify(kubectl, stock)
     assert verdict != "OK", entry  # control: the stock plugin on the node, no split yet
-    run_playbook(kubectl, "split.yml", stock["inventory"], "-e", "gpusplit_stock_plugin_action=exclude")
-    found, managers = terms(kubectl)
-    assert all(EXCLUDE in t["matchExpressions"] for t in found) and {"helm", "gpusplit"} <= managers
-    kubectl.wait_for(lambda: not stock_pods_on_node(kubectl), timeout=120, what="the stock plugin to leave")
+    before = daemonset(kubectl)
+    for extra in ((), ("-e", "gpusplit_stock_plugin_action=exclude")):
+        proc = run_playbook(kubectl, "split.yml", stock["inventory"], *extra, check=False)
+        assert proc.returncode != 0
+        msg = refusal(proc.stdout)
+        # the chart's two DaemonSets (the MPS control daemon's selector is on a label gpusplit cannot
+        # rule out), one release, one set of values
+        assert (
+            f"DaemonSet(s) {NS}/{DS}, {NS}/{DS}-mps-control-daemon belong to the Helm release '{RELEASE}' "
+            f"in namespace '{NS}'" in msg
+        ), msg
+        assert msg.count("belong to the Helm release") == 1, msg
+        assert "chart nvidia-device-plugin-0.20.0" in msg and msg.endswith("Nothing was changed."), msg
+        # the values to add: exactly the chart's terms, each with gpusplit's expression
+        snippet = re.search(r"then run this again: (\{.*\}) Split nodes: ", msg).group(1)
+        assert yaml.safe_load(snippet) == site_values(), snippet
+        stock["snippet"] = snippet
+    # nothing was changed: the DaemonSet as it was, the node without gpusplit's labels, no split plugin
+    after = daemonset(kubectl)
+    assert after["metadata"]["resourceVersion"] == before["metadata"]["resourceVersion"]
+    assert "gpusplit" not in {m["manager"] for m in after["metadata"]["managedFields"]}
+    labels = kubectl.json("get", "node", NODE)["metadata"]["labels"]
+    assert "gpusplit.io/split" not in labels and "gpusplit.io/mode" not in labels, labels
+    assert kubectl("get", "daemonset", "-n", "kube-system", SPLIT_DS, check=False).returncode != 0
+    assert stock_pods_on_node(kubectl)
 
-    # the site's pipeline upgrades its release with its original values: helm 4 refuses the conflict ...
-    proc = real_charts.helm_proc("upgrade", RELEASE, str(stock["chart"]), "-n", NS, "--reuse-values")
-    assert proc.returncode != 0 and 'conflict with "gpusplit"' in proc.stderr, proc.stderr
-    assert real_charts.releases(NS)[0]["status"] == "failed"
-    # ... and forced, it takes the field back: the exclusion is gone, the stock plugin returns
-    real_charts.helm("upgrade", RELEASE, str(stock["chart"]), "-n", NS, "--reuse-values", "--force-conflicts")
+
+def test_with_the_values_the_take_over_is_ordered_and_survives_the_sites_helm_upgrade(
+    stock, kubectl, core_api
+):
+    from kubernetes import client, config
+
+    values = stock["tmp"] / "site-values.yaml"
+    values.write_text(stock.get("snippet") or yaml.safe_dump(site_values()))  # the line, pasted as it is
+    real_charts.helm("upgrade", RELEASE, str(stock["chart"]), "-n", NS, "-f", str(values))
     found, managers = terms(kubectl)
-    assert not any(EXCLUDE in t["matchExpressions"] for t in found) and "gpusplit" not in managers
-    kubectl.wait_for(
-        lambda: stock_pods_on_node(kubectl), timeout=120, what="the stock plugin back on the split node"
+    assert all(EXCLUDE in t["matchExpressions"] for t in found) and "gpusplit" not in managers
+    # the node is not labelled split yet: the stock plugin still runs there
+    [pod] = stock_pods_on_node(kubectl)
+
+    apps_api = client.AppsV1Api(config.new_client_from_config(str(ROOT / ".lab" / "kubeconfig")))
+    since = core_api.list_node(field_selector=f"metadata.name={NODE}").metadata.resource_version
+    writes = Writes(core_api, apps_api, since)
+    try:
+        proc = run_playbook(kubectl, "split.yml", stock["inventory"])  # refuse (default): no collision left
+    finally:
+        events = writes.close()
+    labelled = [
+        rv
+        for rv, what, _, obj in events
+        if what == "node" and obj["metadata"]["labels"].get("gpusplit.io/split") == "true"
+    ]
+    pod_events = [
+        (rv, kind, obj)
+        for rv, what, kind, obj in events
+        if what == "stock-pod" and obj["metadata"]["uid"] == pod["metadata"]["uid"]
+    ]
+    deleting = [rv for rv, _, obj in pod_events if obj["metadata"].get("deletionTimestamp")]
+    gone = [rv for rv, kind, _ in pod_events if kind == "DELETED"]
+    created = [rv for rv, what, kind, _ in events if what == "split-ds" and kind == "ADDED"]
+    assert labelled and deleting and gone and created, [(rv, what, kind) for rv, what, kind, _ in events]
+    # the order of the writes: the label, then the stock pod's deletion asked and done, then the split plugin
+    assert min(labelled) < min(deleting) <= gone[0] < created[0], [
+        (rv, what, kind) for rv, what, kind, _ in events
+    ]
+    assert (
+        "Wait until no device plugin that gpusplit does not own has a pod left on a split node" in proc.stdout
     )
 
-
-def test_with_the_exclusion_in_the_releases_values_the_split_survives_the_sites_helm_upgrade(stock, kubectl):
-    values = stock["tmp"] / "site-values.yaml"
-    values.write_text(yaml.safe_dump(site_values()))
-    real_charts.helm("upgrade", RELEASE, str(stock["chart"]), "-n", NS, "--reset-values", "-f", str(values))
-    kubectl.wait_for(lambda: not stock_pods_on_node(kubectl), timeout=120, what="the stock plugin to leave")
-    run_playbook(kubectl, "split.yml", stock["inventory"])  # refuse (default): no colliding plugin left
     verdict, entry = verify(kubectl, stock)
     assert verdict == "OK", entry
 
     revision = int(real_charts.releases(NS)[0]["revision"])
-    real_charts.helm("upgrade", RELEASE, str(stock["chart"]), "-n", NS, "--reset-values", "-f", str(values))
+    real_charts.helm("upgrade", RELEASE, str(stock["chart"]), "-n", NS, "-f", str(values))
     assert int(real_charts.releases(NS)[0]["revision"]) == revision + 1
     found, _ = terms(kubectl)
     assert all(EXCLUDE in t["matchExpressions"] for t in found)
