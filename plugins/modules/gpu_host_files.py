@@ -1,0 +1,186 @@
+#!/usr/bin/python
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Ansible module gpusplit.k8s.gpu_host_files: the host side of the split in one call."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: gpu_host_files
+short_description: Check and write every file of a host's GPU split in one call (toolkit keys, env file, drop-ins)
+version_added: "0.1.0"
+description:
+  - The host side of the role C(gpusplit.k8s.gpu_host) in one module execution, so that a host costs one
+    round trip however many files it has. The controller renders the texts (filter C(gpusplit.k8s.host_share))
+    and decides whether the toolkit is hardened; this module compares them with the host and changes only what
+    differs.
+  - Sets keys in the NVIDIA Container Toolkit's C(config.toml) as M(gpusplit.k8s.nvidia_toolkit_config) does
+    (edited as text, everything else kept byte for byte, a backup beside it first). A missing file is no error
+    (the host has no toolkit); the result says so.
+  - Writes the env file and each drop-in (mode C(0644), their folders C(0755)) and removes the drop-ins named
+    O(dropin_name) below O(dropin_dir) that carry O(dropin_marker) and that O(dropins) no longer lists. Files
+    without the marker are never removed.
+  - Everything is read and compared before anything is written; a refusal changes nothing.
+author:
+  - gpusplit team (!UNKNOWN)
+options:
+  toolkit_path:
+    description:
+      - The toolkit's configuration file (C(/etc/nvidia-container-runtime/config.toml) below the host root).
+        Leave out to leave the toolkit alone.
+    type: path
+  toolkit_settings:
+    description:
+      - Keys to set in O(toolkit_path), C(key) or C(table.key), as in M(gpusplit.k8s.nvidia_toolkit_config)
+        (types checked the same way). The default is gpusplit's hardening.
+    type: dict
+    default:
+      accept-nvidia-visible-devices-envvar-when-unprivileged: false
+      accept-nvidia-visible-devices-as-volume-mounts: true
+  toolkit_backup:
+    description: Copy O(toolkit_path) to C(<path>.gpusplit-<UTC timestamp>.bak) before changing it.
+    type: bool
+    default: true
+  toolkit_refusal:
+    description:
+      - A refusal decided on the controller that applies only where the toolkit is installed. When
+        O(toolkit_path) exists the module fails with this message before it changes anything. Empty means none.
+    type: str
+  env_path:
+    description: The host's GPU environment file (C(/etc/gpusplit/host-gpus.env)); with O(env_content).
+    type: path
+  env_content:
+    description: The whole text of O(env_path).
+    type: str
+  dropins:
+    description: The systemd drop-ins to write, one per host service.
+    type: list
+    elements: dict
+    default: []
+    suboptions:
+      unit:
+        description: The unit (C(trainer.service)); reported in RV(restart_units) when its drop-in changed.
+        type: str
+        required: true
+      path:
+        description: The drop-in's absolute path (C(/etc/systemd/system/<unit>.d/50-gpusplit.conf)).
+        type: path
+        required: true
+      dir:
+        description: Its folder; when given it must be the folder of O(dropins[].path) (the host share lists both).
+        type: path
+      content:
+        description: Its whole text; O(dropin_content) when left out.
+        type: str
+  dropin_content:
+    description: The text of every drop-in of O(dropins) that has no C(content) of its own.
+    type: str
+  dropin_dir:
+    description:
+      - The systemd unit folder where earlier runs wrote drop-ins (in its C(<unit>.d) folders); those not in
+        O(dropins) are removed. With O(dropin_marker). Leave out to remove nothing.
+    type: path
+  dropin_name:
+    description: The drop-in's file name.
+    type: str
+    default: 50-gpusplit.conf
+  dropin_marker:
+    description: Only a file with a line that starts with this text is removed.
+    type: str
+notes:
+  - Supports check mode and diff mode; the diff holds one before/after per changed file.
+  - Runs on the host's Python 3.8 or later with the standard library only.
+  - It restarts nothing and does not reload systemd; RV(dropins_changed) and RV(restart_units) say what needs it.
+extends_documentation_fragment:
+  - gpusplit.k8s.attributes.check_mode_and_diff
+"""
+
+EXAMPLES = r"""
+- name: Write the host share of a node and harden its toolkit
+  gpusplit.k8s.gpu_host_files:
+    toolkit_path: /etc/nvidia-container-runtime/config.toml
+    env_path: "{{ share.env_path }}"
+    env_content: "{{ share.env_text }}"
+    dropins: "{{ share.dropins }}"
+    dropin_content: "{{ share.dropin_text }}"
+    dropin_dir: "{{ share.systemd_dir }}"
+    dropin_marker: "{{ share.marker }}"
+  vars:
+    share: "{{ node_plan | gpusplit.k8s.host_share(['trainer.service']) }}"
+"""
+
+RETURN = r"""
+files:
+  description:
+    - One entry per file or folder the module looked at and found different, plus every file it compared; each
+      with C(kind) (V(toolkit), V(env), V(dropin), V(stale_dropin), V(directory)), C(path), C(action) (V(none),
+      V(create), V(write), V(mode), V(remove)) and C(changed); C(unit) for drop-ins; C(diff) in diff mode.
+  returned: always
+  type: list
+  elements: dict
+toolkit:
+  description:
+    - The toolkit's file, C(path) and C(missing); when it exists also C(changed), C(before) and C(after) (each
+      setting's value), C(changes) and, after a change with O(toolkit_backup), C(backup_file). Null without
+      O(toolkit_path).
+  returned: always
+  type: dict
+restart_units:
+  description: The units whose drop-in was (or would be) written; they take the share when they restart.
+  returned: always
+  type: list
+  elements: str
+released_units:
+  description: The units whose stale drop-in was (or would be) removed.
+  returned: always
+  type: list
+  elements: str
+dropins_changed:
+  description: Whether a drop-in was written or removed (systemd needs a daemon-reload).
+  returned: always
+  type: bool
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files import DROPIN_NAME, host_files
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.toolkit_config import HARDENING_SETTINGS
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            toolkit_path=dict(type="path"),
+            toolkit_settings=dict(type="dict", default=dict(HARDENING_SETTINGS)),
+            toolkit_backup=dict(type="bool", default=True),
+            toolkit_refusal=dict(type="str"),
+            env_path=dict(type="path"),
+            env_content=dict(type="str"),
+            dropins=dict(
+                type="list",
+                elements="dict",
+                default=[],
+                options=dict(
+                    unit=dict(type="str", required=True),
+                    path=dict(type="path", required=True),
+                    dir=dict(type="path"),
+                    content=dict(type="str"),
+                ),
+            ),
+            dropin_content=dict(type="str"),
+            dropin_dir=dict(type="path"),
+            dropin_name=dict(type="str", default=DROPIN_NAME),
+            dropin_marker=dict(type="str"),
+        ),
+        required_together=[("env_path", "env_content"), ("dropin_dir", "dropin_marker")],
+        supports_check_mode=True,
+    )
+    with fail_on_refusal(module, changed=False):
+        result = host_files(module, module.params, check_mode=module.check_mode, with_diff=module._diff)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

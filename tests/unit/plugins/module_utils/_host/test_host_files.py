@@ -1,0 +1,306 @@
+"""Every file of the role gpu_host in one pass (plugins/module_utils/_host/host_files.py).
+
+Runs on the managed hosts' Pythons too (tools/multi_python_tests.py): standard library and pytest only.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files import (
+    HostFilesError,
+    find_managed_dropins,
+    host_files,
+    plan_host_files,
+)
+
+ROOT = Path(__file__).resolve().parents[5]
+TOOLKIT_FIXTURE = ROOT / "tests" / "fixtures" / "nvidia-container-toolkit" / "config.toml"
+MARKER = "# Managed by gpusplit (gpusplit.k8s.gpu_host)."
+HARDENING = {
+    "accept-nvidia-visible-devices-envvar-when-unprivileged": False,
+    "accept-nvidia-visible-devices-as-volume-mounts": True,
+}
+ENV = MARKER + "\nCUDA_VISIBLE_DEVICES=GPU-1\nNVIDIA_VISIBLE_DEVICES=GPU-1\n"
+DROPIN = MARKER + "\n[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=GPU-1\n"
+
+
+class FakeModule:
+    """What write_atomic needs of an AnsibleModule: atomic_move (keeps an old file's mode, a new file
+    gets the umask's)."""
+
+    def atomic_move(self, src, dest):
+        creating = not os.path.exists(dest)
+        if not creating:
+            shutil.copymode(dest, src)
+        os.rename(src, dest)
+        if creating:
+            os.chmod(dest, 0o666 & ~0o022)
+
+
+def host_root(tmp_path, toolkit=True):
+    root = tmp_path / "host"
+    if toolkit:
+        config = root / "etc" / "nvidia-container-runtime" / "config.toml"
+        config.parent.mkdir(parents=True)
+        config.write_text(TOOLKIT_FIXTURE.read_text())
+    (root / "etc" / "systemd" / "system").mkdir(parents=True, exist_ok=True)
+    return root
+
+
+def params(root, units=("trainer.service",), toolkit=True, refuse=None):
+    """The module's options for the host at ``root``, as the role gpu_host passes them."""
+    systemd = f"{root}/etc/systemd/system"
+    out = {
+        "env_path": f"{root}/etc/gpusplit/host-gpus.env",
+        "env_content": ENV,
+        "dropins": [
+            {"unit": u, "dir": f"{systemd}/{u}.d", "path": f"{systemd}/{u}.d/50-gpusplit.conf"} for u in units
+        ],
+        "dropin_content": DROPIN,
+        "dropin_dir": systemd,
+        "dropin_name": "50-gpusplit.conf",
+        "dropin_marker": MARKER,
+    }
+    if toolkit:
+        out.update(
+            toolkit_path=f"{root}/etc/nvidia-container-runtime/config.toml",
+            toolkit_settings=dict(HARDENING),
+            toolkit_backup=True,
+            toolkit_refusal=refuse,
+        )
+    return out
+
+
+def snapshot(root):
+    """Every file under root with its text and mode, every folder with its mode."""
+    out = {}
+    for folder, _dirs, files in os.walk(root):
+        out[folder] = stat.S_IMODE(os.stat(folder).st_mode)
+        for name in files:
+            path = os.path.join(folder, name)
+            out[path] = (Path(path).read_text(), stat.S_IMODE(os.stat(path).st_mode))
+    return out
+
+
+def test_first_run_writes_every_file_and_names_the_units_to_restart(tmp_path):
+    root = host_root(tmp_path)
+    result = host_files(FakeModule(), params(root, units=("trainer.service", "jupyter.service")))
+    assert result["changed"] is True
+    assert result["restart_units"] == ["trainer.service", "jupyter.service"]
+    assert result["released_units"] == []
+    assert result["dropins_changed"] is True
+    env = root / "etc" / "gpusplit" / "host-gpus.env"
+    assert env.read_text() == ENV
+    assert stat.S_IMODE(env.stat().st_mode) == 0o644
+    assert stat.S_IMODE(env.parent.stat().st_mode) == 0o755
+    for unit in ("trainer.service", "jupyter.service"):
+        dropin = root / "etc" / "systemd" / "system" / f"{unit}.d" / "50-gpusplit.conf"
+        assert dropin.read_text() == DROPIN
+        assert stat.S_IMODE(dropin.stat().st_mode) == 0o644
+    # the toolkit: only the two commented-out defaults became assignments, a backup holds the original
+    config = root / "etc" / "nvidia-container-runtime" / "config.toml"
+    original = TOOLKIT_FIXTURE.read_text()
+    assert config.read_text() == original.replace(
+        "#accept-nvidia-visible-devices-as-volume-mounts = false",
+        "accept-nvidia-visible-devices-as-volume-mounts = true",
+    ).replace(
+        "#accept-nvidia-visible-devices-envvar-when-unprivileged = true",
+        "accept-nvidia-visible-devices-envvar-when-unprivileged = false",
+    )
+    assert Path(result["toolkit"]["backup_file"]).read_text() == original
+    assert result["toolkit"]["missing"] is False
+    assert result["toolkit"]["after"] == HARDENING
+    kinds = [(f["kind"], f["action"]) for f in result["files"]]
+    assert ("toolkit", "write") in kinds and ("env", "create") in kinds and ("dropin", "create") in kinds
+
+
+def test_second_run_changes_nothing(tmp_path):
+    root = host_root(tmp_path)
+    host_files(FakeModule(), params(root))
+    before = snapshot(root)
+    again = host_files(FakeModule(), params(root), with_diff=True)
+    assert again["changed"] is False
+    assert again["restart_units"] == [] and again["released_units"] == []
+    assert again["dropins_changed"] is False
+    assert again["diff"] == []
+    assert all(not f["changed"] for f in again["files"])
+    assert again["toolkit"]["changed"] is False and "backup_file" not in again["toolkit"]
+    assert snapshot(root) == before
+
+
+def test_check_mode_reports_every_change_with_a_diff_per_file_and_writes_nothing(tmp_path):
+    root = host_root(tmp_path)
+    stale = root / "etc" / "systemd" / "system" / "old.service.d" / "50-gpusplit.conf"
+    stale.parent.mkdir(parents=True)
+    stale.write_text(DROPIN)
+    before = snapshot(root)
+    result = host_files(FakeModule(), params(root), check_mode=True, with_diff=True)
+    assert snapshot(root) == before
+    assert result["changed"] is True
+    assert result["restart_units"] == ["trainer.service"]
+    assert result["released_units"] == ["old.service"]
+    by_path = {d["after_header"]: d for d in result["diff"]}
+    env_path = f"{root}/etc/gpusplit/host-gpus.env"
+    assert by_path[env_path]["before"] == "" and by_path[env_path]["before_header"] == env_path + " (absent)"
+    assert by_path[env_path]["after"] == ENV
+    gone = by_path[f"{stale} (absent)"]
+    assert gone["before"] == DROPIN and gone["after"] == "" and gone["before_header"] == str(stale)
+    toolkit = by_path[f"{root}/etc/nvidia-container-runtime/config.toml"]
+    assert "accept-nvidia-visible-devices-as-volume-mounts = true" in toolkit["after"]
+    assert "accept-nvidia-visible-devices-as-volume-mounts = true" not in toolkit["before"]
+    # one diff per changed file, each also on its file entry; folders have none
+    changed_files = [f for f in result["files"] if f["changed"] and f["kind"] != "directory"]
+    assert len(result["diff"]) == len(changed_files) == 4
+    assert all("diff" in f for f in changed_files)
+
+
+def test_a_unit_taken_out_of_the_list_loses_only_gpusplits_drop_in(tmp_path):
+    root = host_root(tmp_path, toolkit=False)
+    host_files(FakeModule(), params(root, units=("trainer.service", "old.service"), toolkit=False))
+    systemd = root / "etc" / "systemd" / "system"
+    foreign = systemd / "foreign.service.d" / "50-gpusplit.conf"
+    foreign.parent.mkdir()
+    foreign.write_text("[Service]\nEnvironment=FOREIGN=1\n")
+    other_name = systemd / "old.service.d" / "10-operator.conf"
+    other_name.write_text(MARKER + "\n")
+    result = host_files(FakeModule(), params(root, units=("trainer.service",), toolkit=False))
+    assert result["changed"] is True
+    assert result["released_units"] == ["old.service"]
+    assert result["restart_units"] == []
+    assert result["dropins_changed"] is True
+    assert not (systemd / "old.service.d" / "50-gpusplit.conf").exists()
+    assert foreign.read_text() == "[Service]\nEnvironment=FOREIGN=1\n"
+    assert other_name.exists()
+    assert (systemd / "trainer.service.d" / "50-gpusplit.conf").read_text() == DROPIN
+    assert (
+        host_files(FakeModule(), params(root, units=("trainer.service",), toolkit=False))["changed"] is False
+    )
+
+
+def test_find_managed_dropins_looks_one_level_below_and_wants_the_marker(tmp_path):
+    systemd = tmp_path / "system"
+    (systemd / "a.service.d" / "deep").mkdir(parents=True)
+    (systemd / "a.service.d" / "50-gpusplit.conf").write_text("# comment\n" + MARKER + "\n")
+    (systemd / "a.service.d" / "deep" / "50-gpusplit.conf").write_text(MARKER + "\n")
+    (systemd / "b.service.d").mkdir()
+    (systemd / "b.service.d" / "50-gpusplit.conf").write_text("x " + MARKER + "\n")
+    assert find_managed_dropins(str(systemd), "50-gpusplit.conf", MARKER) == [
+        str(systemd / "a.service.d" / "50-gpusplit.conf")
+    ]
+    assert find_managed_dropins(str(tmp_path / "missing"), "50-gpusplit.conf", MARKER) == []
+
+
+def test_an_edited_file_is_rewritten_and_a_wrong_mode_fixed(tmp_path):
+    root = host_root(tmp_path, toolkit=False)
+    host_files(FakeModule(), params(root, toolkit=False))
+    env = root / "etc" / "gpusplit" / "host-gpus.env"
+    env.write_text("CUDA_VISIBLE_DEVICES=\n")
+    dropin = root / "etc" / "systemd" / "system" / "trainer.service.d" / "50-gpusplit.conf"
+    os.chmod(dropin, 0o600)
+    result = host_files(FakeModule(), params(root, toolkit=False), with_diff=True)
+    actions = {f["path"]: f["action"] for f in result["files"]}
+    assert actions[str(env)] == "write" and actions[str(dropin)] == "mode"
+    assert env.read_text() == ENV
+    assert stat.S_IMODE(dropin.stat().st_mode) == 0o644
+    # a mode fix alone leaves the text systemd reads: no restart, no daemon-reload
+    assert result["changed"] is True
+    assert result["restart_units"] == []
+    assert result["dropins_changed"] is False
+
+
+def test_a_host_without_the_toolkit_is_reported_and_nothing_is_made_up(tmp_path):
+    root = host_root(tmp_path, toolkit=False)
+    result = host_files(FakeModule(), params(root, refuse="would be refused where the toolkit is"))
+    assert result["toolkit"] == {"path": f"{root}/etc/nvidia-container-runtime/config.toml", "missing": True}
+    assert not (root / "etc" / "nvidia-container-runtime").exists()
+    assert (root / "etc" / "gpusplit" / "host-gpus.env").read_text() == ENV
+
+
+def test_the_controllers_refusal_applies_where_the_toolkit_is_and_changes_nothing(tmp_path):
+    root = host_root(tmp_path)
+    before = snapshot(root)
+    with pytest.raises(HostFilesError) as caught:
+        host_files(FakeModule(), params(root, refuse="node x: the split device plugin would advertise 0"))
+    assert caught.value.errors == ["node x: the split device plugin would advertise 0"]
+    assert snapshot(root) == before
+
+
+def test_no_toolkit_argument_leaves_the_toolkit_alone(tmp_path):
+    root = host_root(tmp_path)
+    config = root / "etc" / "nvidia-container-runtime" / "config.toml"
+    result = host_files(FakeModule(), params(root, toolkit=False))
+    assert result["toolkit"] is None
+    assert config.read_text() == TOOLKIT_FIXTURE.read_text()
+
+
+def test_a_toolkit_file_that_does_not_parse_is_refused_before_anything_changes(tmp_path):
+    root = host_root(tmp_path)
+    config = root / "etc" / "nvidia-container-runtime" / "config.toml"
+    config.write_text("[nvidia-container-cli\n")
+    before = snapshot(root)
+    with pytest.raises(GpusplitError) as caught:
+        host_files(FakeModule(), params(root))
+    assert caught.value.errors[0].startswith(f"refusing to edit {config}: ")
+    assert "not valid TOML" in caught.value.errors[0]
+    assert snapshot(root) == before
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda p: p.update(env_path="relative/host-gpus.env"), "env_path: 'relative/host-gpus.env'"),
+        (lambda p: p.update(env_content=3), "env_content must be a string, got integer"),
+        (lambda p: p.update(env_content=None), "env_path is given without env_content"),
+        (lambda p: p["dropins"][0].update(path=None), "dropins[0].path must be a string, got null"),
+        (lambda p: p["dropins"].append(dict(p["dropins"][0])), "dropins[1].path: "),
+        (
+            lambda p: p["dropins"][0].update(dir="/elsewhere"),
+            "dropins[0].dir: '/elsewhere' is not the folder",
+        ),
+        (lambda p: p["dropins"][0].update(mode="0600"), "dropins[0]: unknown key(s) mode"),
+        (lambda p: p.pop("dropin_content"), "dropins[0].content: no text for"),
+        (lambda p: p.update(dropin_marker=" "), "dropin_marker is empty"),
+        (lambda p: p.update(dropin_marker=None), "dropin_dir is given without dropin_marker"),
+        (lambda p: p.update(dropin_name="a/b"), "dropin_name: 'a/b' is not a file name"),
+        (lambda p: p.update(toolkit_settings={}), "toolkit_settings must be a non-empty mapping"),
+        (
+            lambda p: p.update(toolkit_path="config.toml"),
+            "toolkit_path: 'config.toml' is not an absolute path",
+        ),
+        (lambda p: p.update(dropins="trainer.service"), "dropins must be a list, got string"),
+    ],
+)
+def test_bad_input_is_refused_naming_the_field_before_anything_changes(tmp_path, change, message):
+    root = host_root(tmp_path)
+    args = params(root)
+    change(args)
+    before = snapshot(root)
+    with pytest.raises(HostFilesError) as caught:
+        host_files(FakeModule(), args)
+    assert any(message in e for e in caught.value.errors), caught.value.errors
+    assert snapshot(root) == before
+
+
+def test_a_toolkit_setting_of_the_wrong_type_is_refused(tmp_path):
+    root = host_root(tmp_path)
+    args = params(root)
+    args["toolkit_settings"]["accept-nvidia-visible-devices-envvar-when-unprivileged"] = "false"
+    with pytest.raises(GpusplitError) as caught:
+        plan_host_files(args)
+    assert "write false as a YAML boolean" in caught.value.errors[0]
+
+
+def test_a_folder_where_a_file_belongs_is_refused_naming_it(tmp_path):
+    root = host_root(tmp_path, toolkit=False)
+    env = root / "etc" / "gpusplit" / "host-gpus.env"
+    env.mkdir(parents=True)
+    with pytest.raises(GpusplitError) as caught:
+        host_files(FakeModule(), params(root, toolkit=False))
+    assert caught.value.errors == [f"{env} is not a regular file"]

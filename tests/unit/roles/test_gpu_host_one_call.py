@@ -1,0 +1,152 @@
+"""The role gpu_host costs one module execution per host: everything else runs on the controller.
+
+Three local hosts (scratch roots, one with the toolkit's config.toml, one with a service and a
+stale drop-in, one in mode none), the role run through ansible-playbook with the fleet bench's
+counting callback (tools/bench_fleet.py). A first run, an unchanged re-run and a check-mode run:
+every time each host runs exactly one task that executes a module on it, gpusplit.k8s.gpu_host_files.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = Path(sys.executable).parent
+COLLECTION_LINK = ROOT / ".collections" / "ansible_collections" / "gpusplit" / "k8s"
+TOOLKIT_FIXTURE = ROOT / "tests" / "fixtures" / "nvidia-container-toolkit" / "config.toml"
+MARKER = "# Managed by gpusplit (gpusplit.k8s.gpu_host)."
+FACTS = [
+    {
+        "index": 0,
+        "minor_number": 0,
+        "uuid": "GPU-d17388da-cce8-eb28-c8fa-9f8f1d69497d",
+        "pci_bus_id": "00000000:18:00.0",
+    },
+    {
+        "index": 1,
+        "minor_number": 1,
+        "uuid": "GPU-e19fbd40-cad5-96c4-25fd-6c41471faa42",
+        "pci_bus_id": "00000000:2A:00.0",
+    },
+    {
+        "index": 2,
+        "minor_number": 2,
+        "uuid": "GPU-006eea3e-5529-2fb7-f170-bc1c26dda554",
+        "pci_bus_id": "00000000:3A:00.0",
+    },
+]
+HOSTS = {
+    "hardened": {"mode": "device_plugin", "services": []},
+    "services": {"mode": "device_plugin", "services": ["trainer.service"]},
+    "untouched": {"mode": "none", "services": []},
+}
+PLAYBOOK = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: Apply gpu_host
+      ansible.builtin.include_role:
+        name: gpusplit.k8s.gpu_host
+      vars:
+        gpusplit_node_plan: >-
+          {{ facts | gpusplit.k8s.node_plan(inventory_hostname, mode, {'host_count': 1} if mode != 'none' else none) }}
+        gpusplit_plugin_settings: {hardening: volume-mounts}
+"""
+
+
+def load_callback():
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import bench_fleet
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    return bench_fleet.CALLBACK
+
+
+@pytest.fixture
+def play(tmp_path):
+    if not COLLECTION_LINK.exists():
+        pytest.skip("run `make venv` first (collection link)")
+    hosts = {}
+    for name, spec in HOSTS.items():
+        root = tmp_path / "roots" / name
+        (root / "etc" / "systemd" / "system").mkdir(parents=True)
+        if name == "hardened":
+            (root / "etc" / "nvidia-container-runtime").mkdir(parents=True)
+            (root / "etc" / "nvidia-container-runtime" / "config.toml").write_text(
+                TOOLKIT_FIXTURE.read_text()
+            )
+        if name == "services":
+            stale = root / "etc" / "systemd" / "system" / "old.service.d" / "50-gpusplit.conf"
+            stale.parent.mkdir()
+            stale.write_text(MARKER + "\n[Service]\n")
+        hosts[name] = {
+            "ansible_connection": "local",
+            "ansible_python_interpreter": sys.executable,
+            "gpusplit_host_root": str(root),
+            "gpusplit_host_services": spec["services"],
+            "mode": spec["mode"],
+            "facts": FACTS,
+        }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": hosts}}))
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+    (tmp_path / "callbacks").mkdir()
+    (tmp_path / "callbacks" / "gpusplit_bench_count.py").write_text(load_callback())
+
+    def run(*extra):
+        counts = tmp_path / "counts.json"
+        env = dict(os.environ)
+        env.update(
+            ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+            ANSIBLE_CALLBACK_PLUGINS=str(tmp_path / "callbacks"),
+            ANSIBLE_CALLBACKS_ENABLED="gpusplit_bench_count",
+            GPUSPLIT_BENCH_COUNT_FILE=str(counts),
+            ANSIBLE_NOCOLOR="1",
+        )
+        out = subprocess.run(
+            [
+                str(BIN / "ansible-playbook"),
+                "-i",
+                str(tmp_path / "hosts.yml"),
+                str(tmp_path / "play.yml"),
+                *extra,
+            ],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert out.returncode == 0, out.stdout[-8000:] + out.stderr[-4000:]
+        return json.loads(counts.read_text()), out.stdout
+
+    return run, tmp_path
+
+
+def test_one_host_side_module_call_per_host_on_every_run(play):
+    run, tmp_path = play
+    task = "gpusplit.k8s.gpu_host : Check and write the host side of the split (toolkit keys, host-gpus.env, drop-ins, stale drop-ins)"
+    for args, changed in (((), True), ((), False), (("--check", "--diff"), False)):
+        counts, stdout = run(*args)
+        assert counts["host_side"] == dict.fromkeys(HOSTS, 1), (args, counts)
+        assert counts["by_task"] == {task: len(HOSTS)}, (args, counts)
+        assert counts.get("delegated", {}) == {}
+        total_changed = sum(s["changed"] for s in counts["stats"].values())
+        assert (total_changed > 0) is changed, (args, counts["stats"])
+    roots = tmp_path / "roots"
+    # the first run did the work: hardened toolkit, drop-in written, stale one removed, mode none untouched
+    hardened = (roots / "hardened" / "etc" / "nvidia-container-runtime" / "config.toml").read_text()
+    assert "\naccept-nvidia-visible-devices-envvar-when-unprivileged = false" in hardened
+    systemd = roots / "services" / "etc" / "systemd" / "system"
+    assert (systemd / "trainer.service.d" / "50-gpusplit.conf").read_text().startswith(MARKER)
+    assert not (systemd / "old.service.d" / "50-gpusplit.conf").exists()
+    for name in HOSTS:
+        assert (roots / name / "etc" / "gpusplit" / "host-gpus.env").read_text().startswith(MARKER)
+    assert not (roots / "untouched" / "etc" / "nvidia-container-runtime").exists()

@@ -1,0 +1,76 @@
+"""The fleet bench's own parts (tools/bench_fleet.py): its inventory, the apiserver write count, the slope.
+
+The bench itself needs the lab and takes minutes (`make bench-fleet`, docs/performance.md); its
+counting callback is exercised by tests/unit/roles/test_gpu_host_one_call.py.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import bench_fleet  # noqa: E402
+
+sys.path.remove(str(ROOT / "tools"))
+
+METRICS = """\
+# HELP apiserver_request_total [STABLE] Counter of apiserver requests
+# TYPE apiserver_request_total counter
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="nodes",scope="cluster",subresource="",verb="LIST",version="v1"} 40
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="nodes",scope="resource",subresource="",verb="APPLY",version="v1"} 6
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="nodes",scope="resource",subresource="",verb="PATCH",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="nodes",scope="resource",subresource="status",verb="PATCH",version="v1"} 90
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="coordination.k8s.io",resource="leases",scope="resource",subresource="",verb="PUT",version="v1"} 500
+apiserver_request_total{code="200",component="apiserver",dry_run="All",group="apps",resource="daemonsets",scope="resource",subresource="",verb="APPLY",version="v1"} 3
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="apps",resource="daemonsets",scope="resource",subresource="",verb="POST",version="v1"} 1
+"""
+
+
+def test_the_inventory_takes_the_lab_fixtures_and_modes_in_turn():
+    hosts = bench_fleet.inventory(8)["all"]["children"]["gpu_nodes"]["hosts"]
+    assert list(hosts) == [f"bench-{i:04d}" for i in range(8)]
+    fixtures = [h["gpusplit_lab_fixture"] for h in hosts.values()]
+    assert fixtures[:6] == [m[0] for m in bench_fleet.MIX] and fixtures[6:] == fixtures[:2]
+    assert hosts["bench-0004"] == {"gpusplit_lab_fixture": "a100-mig", "gpusplit_mode": "none"}
+    assert hosts["bench-0001"]["gpusplit_host_services"] == ["ollama.service"]
+    fixture_dir = ROOT / "tests" / "fixtures" / "gpus"
+    assert all((fixture_dir / f"{f}.json").is_file() for f in fixtures)
+
+
+def test_writes_leave_out_reads_dry_runs_and_what_the_lab_writes_on_its_own():
+    parsed = bench_fleet.parse_writes(METRICS)
+    assert parsed == {
+        "writes": {"APPLY nodes": 6, "PATCH nodes": 2, "POST daemonsets": 1},
+        "dry_run": 3,
+        "background": 590,
+    }
+    later = bench_fleet.parse_writes(
+        METRICS.replace('verb="PATCH",version="v1"} 2', 'verb="PATCH",version="v1"} 5')
+    )
+    assert bench_fleet.writes_between(parsed, later) == {
+        "writes": 3,
+        "by_kind": {"PATCH nodes": 3},
+        "dry_run": 0,
+        "background": 0,
+    }
+
+
+def test_seconds_per_host_is_the_slope_between_the_two_largest_fleets():
+    rows = [{"hosts": 10, "rerun_s": 30.0}, {"hosts": 200, "rerun_s": 130.0}, {"hosts": 50, "rerun_s": 50.0}]
+    assert bench_fleet.slope(rows, "rerun_s") == pytest.approx(80.0 / 150)
+    assert bench_fleet.slope(rows[:1], "rerun_s") is None
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--sizes", "5,x"], "--sizes"), (["--sizes", "0"], "--sizes"), (["--env", "NOEQUALS"], "--env")],
+)
+def test_bad_arguments_are_refused_naming_the_option(argv, message, capsys):
+    with pytest.raises(SystemExit) as caught:
+        bench_fleet.main(argv)
+    assert caught.value.code == 2
+    assert message in capsys.readouterr().err

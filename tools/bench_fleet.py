@@ -1,0 +1,415 @@
+"""`make bench-fleet`: what a whole site.yml costs per host on the lab, first run and unchanged re-run.
+
+For each fleet size N it writes an inventory of N simulated GPU hosts (the lab's fixtures and
+modes in turn, every host this machine over a local connection, as in inventory/lab), creates
+their kwok Nodes in the running lab, runs ``playbooks/site.yml`` twice and prints one row:
+
+* first run and re-run, wall seconds of ``ansible-playbook``;
+* module executions per GPU host on the re-run: tasks (each loop item once) whose action runs a
+  module on the host, counted by a small callback (controller-only actions such as set_fact,
+  debug, assert, argument-spec validation and delegated tasks are not counted);
+* the apiserver's write requests during the re-run: ``apiserver_request_total`` of its /metrics
+  for POST, PUT, PATCH, APPLY, DELETE, DELETECOLLECTION, before and after, without dry runs and
+  without what the lab itself writes all the time (leases, events, status subresources: kwok's
+  kubelets, the device-plugin stand-in, the controllers);
+* the changed count of the re-run.
+
+At the end, seconds per host: the slope of the re-run and of the first run between the two largest
+N. The bench's Nodes, host roots and per-node DaemonSets are deleted after each N. Needs the lab
+(``python -m lab.lab up``); see docs/performance.md for recorded runs.
+
+    python tools/bench_fleet.py [--sizes 10,50,200] [--forks 20] [--json out/bench-fleet.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+PREFIX = "bench-"
+# (fixture, mode, split, host services): the lab inventory's hosts, in turn
+MIX = (
+    ("dgx-h100", "device_plugin", {"host_count": 2}, []),
+    ("workstation", "device_plugin", {"product": "NVIDIA RTX A6000"}, ["ollama.service"]),
+    ("h200", "device_plugin", {"count": 1}, []),
+    ("gpu-lost", "device_plugin", {"count": 1}, []),
+    ("a100-mig", "none", None, []),
+    ("l40s-pair", "device_plugin", {"host_count": 1}, ["trainer.service"]),
+)
+WRITE_VERBS = {"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
+# what the lab writes on its own, whatever gpusplit does
+BACKGROUND_RESOURCES = {"leases", "events", "tokenreviews", "subjectaccessreviews"}
+
+CALLBACK = """
+import json
+import os
+import time
+from collections import Counter
+
+from ansible.plugins.callback import CallbackBase
+
+CONTROLLER_ONLY = {
+    "set_fact", "debug", "assert", "fail", "meta", "include_role", "include_tasks", "import_role",
+    "import_tasks", "include_vars", "add_host", "group_by", "set_stats", "pause",
+    "validate_argument_spec", "noop",
+}
+
+
+class CallbackModule(CallbackBase):
+    CALLBACK_VERSION = 2.0
+    CALLBACK_TYPE = "aggregate"
+    CALLBACK_NAME = "gpusplit_bench_count"
+    CALLBACK_NEEDS_ENABLED = True
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.host_side = Counter()
+        self.delegated = Counter()
+        self.by_task = Counter()
+        self.task_seconds = Counter()
+        self._task = None
+        self._started = None
+
+    def _close_task(self):
+        if self._task is not None:
+            self.task_seconds[self._task] += time.monotonic() - self._started
+        self._task = None
+
+    def v2_playbook_on_task_start(self, task, is_conditional):
+        self._close_task()
+        self._task = task.get_name()
+        self._started = time.monotonic()
+
+    v2_playbook_on_handler_task_start = lambda self, task: self.v2_playbook_on_task_start(task, False)
+
+    def _count(self, result):
+        task = result._task
+        action = (getattr(task, "resolved_action", None) or task.action or "").rsplit(".", 1)[-1]
+        if action in CONTROLLER_ONLY:
+            return
+        res = result._result
+        items = res.get("results") if isinstance(res.get("results"), list) and task.loop is not None else None
+        n = sum(1 for r in items if not r.get("skipped")) if items is not None else 1
+        if not n:
+            return
+        host = result._host.get_name()
+        if res.get("_ansible_delegated_vars") or task.delegate_to:
+            self.delegated[host] += n
+        else:
+            self.host_side[host] += n
+            self.by_task[task.get_name()] += n
+
+    def v2_runner_on_ok(self, result):
+        self._count(result)
+
+    def v2_runner_on_failed(self, result, ignore_errors=False):
+        self._count(result)
+
+    def v2_playbook_on_stats(self, stats):
+        self._close_task()
+        hosts = sorted(stats.processed)
+        out = {
+            "host_side": dict(self.host_side),
+            "delegated": dict(self.delegated),
+            "by_task": dict(self.by_task),
+            "task_seconds": dict(self.task_seconds),
+            "stats": {h: stats.summarize(h) for h in hosts},
+        }
+        with open(os.environ["GPUSPLIT_BENCH_COUNT_FILE"], "w") as handle:
+            json.dump(out, handle)
+"""
+
+
+def host_name(i: int) -> str:
+    return f"{PREFIX}{i:04d}"
+
+
+def inventory(n: int) -> dict:
+    """The inventory of ``n`` bench hosts, the lab's fixtures and modes in turn."""
+    hosts = {}
+    for i in range(n):
+        fixture, mode, split, services = MIX[i % len(MIX)]
+        hvars = {"gpusplit_lab_fixture": fixture, "gpusplit_mode": mode}
+        if split is not None:
+            hvars["gpusplit_split"] = split
+        if services:
+            hvars["gpusplit_host_services"] = services
+        hosts[host_name(i)] = hvars
+    return {"all": {"children": {"gpu_nodes": {"hosts": hosts}}}}
+
+
+def write_inventory(n: int, workdir: Path) -> Path:
+    """inventory-<n>/ in ``workdir``: hosts.yml and the lab's group_vars/all.yml."""
+    import yaml
+
+    inv = workdir / f"inventory-{n}"
+    (inv / "group_vars").mkdir(parents=True, exist_ok=True)
+    # the lab's own settings (local connection, fake NVML, scratch host roots, lab kubeconfig)
+    shutil.copy(ROOT / "inventory" / "lab" / "group_vars" / "all.yml", inv / "group_vars" / "all.yml")
+    (inv / "hosts.yml").write_text(yaml.safe_dump(inventory(n), sort_keys=False))
+    return inv
+
+
+def apiserver_writes(core) -> dict:
+    """Write requests the apiserver counted so far (its /metrics), as :func:`parse_writes` sorts them."""
+    api = core.api_client
+    resp = api.call_api("GET", api.configuration.host + "/metrics")
+    return parse_writes((resp.read() if resp.data is None else resp.data).decode())
+
+
+def parse_writes(text: str) -> dict:
+    """``apiserver_request_total`` of write verbs: {"writes": {"VERB resource[/sub]": n}, "dry_run": n, "background": n}."""
+    out = {"writes": {}, "dry_run": 0, "background": 0}
+    for line in text.splitlines():
+        if not line.startswith("apiserver_request_total{"):
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', line[: line.rindex("}")]))
+        value = float(line.rsplit(" ", 1)[1])
+        if labels.get("verb") not in WRITE_VERBS:
+            continue
+        resource = labels.get("resource", "")
+        if labels.get("dry_run"):
+            out["dry_run"] += value
+        elif resource in BACKGROUND_RESOURCES or labels.get("subresource") == "status":
+            out["background"] += value
+        else:
+            key = f"{labels['verb']} {resource}" + (
+                f"/{labels['subresource']}" if labels.get("subresource") else ""
+            )
+            out["writes"][key] = out["writes"].get(key, 0) + value
+    return out
+
+
+def writes_between(before: dict, after: dict) -> dict:
+    keys = set(before["writes"]) | set(after["writes"])
+    diff = {k: int(after["writes"].get(k, 0) - before["writes"].get(k, 0)) for k in keys}
+    return {
+        "writes": sum(diff.values()),
+        "by_kind": {k: v for k, v in sorted(diff.items()) if v},
+        "dry_run": int(after["dry_run"] - before["dry_run"]),
+        "background": int(after["background"] - before["background"]),
+    }
+
+
+def create_nodes(core, n: int) -> None:
+    from lab import nodes
+
+    for i in range(n):
+        fixture = MIX[i % len(MIX)][0]
+        nodes.ensure_node(core, host_name(i), fixture)
+        nodes.seed_host_root(host_name(i))
+
+
+def delete_bench_objects(core) -> int:
+    """Delete every bench Node, its scratch host root and gpusplit's DaemonSets for it; the count of Nodes."""
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    from lab import nodes
+
+    gone = 0
+    for node in core.list_node().items:
+        if node.metadata.name.startswith(PREFIX):
+            try:
+                core.delete_node(node.metadata.name)
+                gone += 1
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+    apps = client.AppsV1Api(core.api_client)
+    for ds in apps.list_daemon_set_for_all_namespaces(
+        label_selector="app.kubernetes.io/managed-by=gpusplit"
+    ).items:
+        host = (ds.metadata.annotations or {}).get("gpusplit.io/host", "")
+        if host.startswith(PREFIX):
+            try:
+                apps.delete_namespaced_daemon_set(ds.metadata.name, ds.metadata.namespace)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+    if nodes.HOSTS_ROOT.exists():
+        for path in nodes.HOSTS_ROOT.glob(f"{PREFIX}*"):
+            shutil.rmtree(path, ignore_errors=True)
+    return gone
+
+
+def run_site(inv: Path, forks: int, workdir: Path, label: str, extra_env: dict) -> dict:
+    counts = workdir / f"counts-{label}.json"
+    env = dict(os.environ)
+    env.update(
+        {
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_CALLBACK_PLUGINS": str(workdir / "callbacks"),
+            "ANSIBLE_CALLBACKS_ENABLED": "gpusplit_bench_count",
+            "GPUSPLIT_BENCH_COUNT_FILE": str(counts),
+            "ANSIBLE_NOCOLOR": "1",
+        }
+    )
+    env.update(extra_env)
+    cmd = [
+        str(Path(sys.executable).parent / "ansible-playbook"),
+        "-i",
+        str(inv),
+        "-e",
+        json.dumps({"gpusplit_out_dir": str(workdir / "out")}),
+        "-f",
+        str(forks),
+        str(ROOT / "playbooks" / "site.yml"),
+    ]
+    log = workdir / f"site-{label}.log"
+    start = time.monotonic()
+    with log.open("w") as handle:
+        rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT).returncode
+    seconds = time.monotonic() - start
+    data = json.loads(counts.read_text()) if counts.exists() else {}
+    return {"rc": rc, "seconds": seconds, "log": str(log), **data}
+
+
+def per_host(run: dict, n: int) -> float:
+    gpu_hosts = [h for h in run.get("host_side", {}) if h.startswith(PREFIX)]
+    return sum(run["host_side"][h] for h in gpu_hosts) / max(n, 1)
+
+
+def changed(run: dict) -> int:
+    return sum(s.get("changed", 0) for s in run.get("stats", {}).values())
+
+
+def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict) -> list[dict]:
+    from lab import nodes
+
+    core = nodes.api()
+    (workdir / "callbacks").mkdir(parents=True, exist_ok=True)
+    (workdir / "callbacks" / "gpusplit_bench_count.py").write_text(CALLBACK)
+    rows = []
+    delete_bench_objects(core)
+    for n in sizes:
+        inv = write_inventory(n, workdir)
+        create_nodes(core, n)
+        try:
+            first = run_site(inv, forks, workdir, f"{n}-first", extra_env)
+            before = apiserver_writes(core)
+            again = run_site(inv, forks, workdir, f"{n}-rerun", extra_env)
+            after = apiserver_writes(core)
+        finally:
+            delete_bench_objects(core)
+        row = {
+            "hosts": n,
+            "first_s": round(first["seconds"], 1),
+            "rerun_s": round(again["seconds"], 1),
+            "first_rc": first["rc"],
+            "rerun_rc": again["rc"],
+            "modules_per_host_first": round(per_host(first, n), 2),
+            "modules_per_host_rerun": round(per_host(again, n), 2),
+            "changed_first": changed(first),
+            "changed_rerun": changed(again),
+            "apiserver": writes_between(before, after),
+            "host_tasks_rerun": again.get("by_task", {}),
+            "slowest_tasks_rerun": dict(
+                sorted(again.get("task_seconds", {}).items(), key=lambda kv: -kv[1])[:12]
+            ),
+            "logs": [first["log"], again["log"]],
+        }
+        rows.append(row)
+        print_row(row, flush=True)
+    return rows
+
+
+HEADER = "| GPU hosts | first run s | re-run s | re-run/first | module executions per host | re-run changed | re-run apiserver writes |"
+
+
+def print_row(row: dict, flush: bool = False) -> None:
+    ratio = row["rerun_s"] / row["first_s"] if row["first_s"] else 0.0
+    rc = "" if row["first_rc"] == row["rerun_rc"] == 0 else f" (rc {row['first_rc']}/{row['rerun_rc']})"
+    print(
+        f"| {row['hosts']} | {row['first_s']} | {row['rerun_s']} | {ratio:.0%} | "
+        f"{row['modules_per_host_rerun']} | {row['changed_rerun']} | {row['apiserver']['writes']}{rc} |",
+        flush=flush,
+    )
+
+
+def slope(rows: list[dict], key: str) -> float | None:
+    if len(rows) < 2:
+        return None
+    a, b = sorted(rows, key=lambda r: r["hosts"])[-2:]
+    if b["hosts"] == a["hosts"]:
+        return None
+    return (b[key] - a[key]) / (b["hosts"] - a["hosts"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--sizes", default="10,50,200", help="fleet sizes, comma-separated (default 10,50,200)"
+    )
+    parser.add_argument(
+        "--forks", type=int, default=20, help="ansible-playbook -f (default 20, as ansible.cfg)"
+    )
+    parser.add_argument("--json", help="also write the rows, per-task counts and times to this file")
+    parser.add_argument("--keep", help="keep inventories and logs in this folder (default: a temporary one)")
+    parser.add_argument(
+        "--env",
+        action="append",
+        default=[],
+        help="KEY=VALUE for ansible-playbook (e.g. ANSIBLE_PIPELINING=1)",
+    )
+    args = parser.parse_args(argv)
+    try:
+        sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    except ValueError:
+        parser.error(f"--sizes: {args.sizes!r} is not a comma-separated list of host counts")
+    if not sizes or min(sizes) < 1:
+        parser.error("--sizes: give at least one host count of 1 or more")
+    extra_env = {}
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            parser.error(f"--env: {item!r} is not KEY=VALUE")
+        extra_env[key] = value
+
+    # a SIGTERM ends the bench through its cleanup (the bench Nodes, host roots and DaemonSets)
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(143))
+    workdir = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="gpusplit-bench-fleet-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    load = os.getloadavg()
+    print(
+        f"bench-fleet: site.yml on the lab, {os.cpu_count()} CPUs, load average "
+        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, forks {args.forks}, sizes {sizes}"
+        + (f", env {extra_env}" if extra_env else "")
+    )
+    print(HEADER)
+    print("|---|---|---|---|---|---|---|")
+    try:
+        rows = bench(sizes, args.forks, workdir, extra_env)
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    for key, word in (("first_s", "first run"), ("rerun_s", "re-run")):
+        s = slope(rows, key)
+        if s is not None:
+            print(
+                f"seconds per host ({word}, slope {rows[-2]['hosts']} -> {rows[-1]['hosts']} hosts): {s:.2f}"
+            )
+    for row in rows:
+        if row["apiserver"]["by_kind"]:
+            print(f"{row['hosts']} hosts, re-run writes: {row['apiserver']['by_kind']}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"load": load, "forks": args.forks, "rows": rows}, indent=1))
+    return 0 if all(r["first_rc"] == 0 and r["rerun_rc"] == 0 for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
