@@ -7,7 +7,7 @@ COLL_LINK := .collections/ansible_collections/gpusplit/k8s
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/.lab/bin:$(PATH)
 
-.PHONY: venv demo test lint unit integration bench lab-build lab-up lab-down lab-status clean dist changelog multi-python
+.PHONY: venv demo test lint unit integration bench lab-build lab-up lab-down lab-status clean dist changelog multi-python bench-fleet
 
 venv: $(VENV)/.done $(COLL_LINK)
 
@@ -74,6 +74,10 @@ multi-python: venv
 
 bench: venv lab-build
 	GPUSPLIT_BENCH_APPLY=1 GPUSPLIT_BENCH_MEMORY=1 $(BIN)/pytest tests/bench --benchmark-enable -s
+
+# fleet-scale cost of site.yml on the lab (docs/performance.md); not part of make test
+bench-fleet: lab-up
+	$(BIN)/python tools/bench_fleet.py $(if $(SIZES),--sizes $(SIZES))
 
 clean: lab-down
 	rm -rf .lab out .collections
