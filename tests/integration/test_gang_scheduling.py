@@ -22,7 +22,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-import yaml
 
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload
 from lab import components as C
@@ -119,7 +118,9 @@ def job(ctx: dict, name: str, policy: str = "gang") -> dict:
 
 
 def apply(kubectl, objects: list[dict]) -> None:
-    kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(objects))
+    # as JSON: PyYAML writes a string such as 8948e5 (a run id) unquoted, which kubectl's YAML 1.2
+    # reader then takes for a number
+    kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
 
 
 def pods(kubectl, ctx: dict, group: str) -> list[dict]:
