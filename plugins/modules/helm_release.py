@@ -132,6 +132,7 @@ chart:
   type: dict
 """
 
+import json
 import os
 import tempfile
 import traceback
@@ -205,8 +206,10 @@ def _release(module, helm, p):
         }
     if not result["changed"]:
         return dict(result, command=[], release=row)
-    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False) as handle:
-        yaml.safe_dump(p["values"], handle, sort_keys=True)
+    # JSON (which YAML readers take as it is): PyYAML would leave a string such as 8948e5 unquoted,
+    # and helm's YAML reader would take it for a number
+    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as handle:
+        json.dump(p["values"], handle, sort_keys=True, indent=2)
         values_file = handle.name
     try:
         cmd = H.upgrade_command(
