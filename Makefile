@@ -49,6 +49,7 @@ lint: venv
 	$(BIN)/ruff format --check plugins tests lab tools
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/antsibull-changelog lint
+	$(BIN)/python tools/sanity.py
 
 # The collection tarball (ansible-galaxy collection build on a clean copy); docs/awx.md
 dist: venv

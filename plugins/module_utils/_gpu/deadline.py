@@ -172,7 +172,7 @@ def call_in_child(fn, timeout, what):
             left = deadline - time.monotonic()
             if left <= 0:
                 break
-            ready, _, _ = select.select([read_fd], [], [], left)
+            ready, _unused, _unused2 = select.select([read_fd], [], [], left)
             if not ready:
                 break
             chunk = os.read(read_fd, 65536)
@@ -208,7 +208,7 @@ def _reap(pid, wait):
     end = time.monotonic() + wait
     while True:
         try:
-            done, _ = os.waitpid(pid, os.WNOHANG)
+            done, _unused = os.waitpid(pid, os.WNOHANG)
         except ChildProcessError:
             return
         if done or time.monotonic() >= end:

@@ -132,7 +132,7 @@ def cross_check(gpus, listed, listed_unopenable, xml):
     counts = {"--query-gpu": len(gpus)}
     missing = {}
     if listed or listed_unopenable:
-        counts["-L"] = len(listed) + len({bus for bus, _ in listed_unopenable})
+        counts["-L"] = len(listed) + len({bus for bus, _unused in listed_unopenable})
         for uuid in listed:
             bus = bus_of_uuid.get(uuid)
             if uuid not in known_uuid and (bus is None or bus not in known_bus):
