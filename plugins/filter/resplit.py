@@ -1,0 +1,44 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Filters of a re-split: the plan diff, what the policy refuses, what fences the moving GPUs.
+
+{{ gpusplit_fleet_plan | gpusplit.k8s.resplit_diff(hostvars, daemonsets, taint_rules, pods, claims) }}
+{{ diff | gpusplit.k8s.resplit_refusals(gpusplit_resplit_policy, gpusplit_resplit_host_processes) }}
+{{ gpusplit_fleet_plan | gpusplit.k8s.resplit_fence(hosts, gpusplit_plugin_settings) }}
+{{ gpusplit_rollout_batch | gpusplit.k8s.rollout_batch(host_count) }}
+
+The logic is in plugins/plugin_utils/resplit.py; each filter is documented in
+plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, resplit
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+
+
+def resplit_diff(plan, hostvars, daemonsets=None, taint_rules=None, pods=None, claims=None):
+    """Per node: the GPUs that move each way, the pods that hold a GPU leaving the Kubernetes share."""
+    return resplit.resplit_from_inventory(plan, hostvars, daemonsets, taint_rules, pods, claims)
+
+
+def resplit_refusals(diff, policy="refuse", host_processes="refuse"):
+    """The messages that stop a re-split before any change ([] when it may go on)."""
+    return resplit.resplit_refusals(diff, policy, host_processes)
+
+
+def resplit_fence(plan, hosts, settings=None):
+    """{objects, prune}: the new split DaemonSets of ``hosts`` only, and the prune of those no longer rendered."""
+    sub = resplit.sub_plan(plan, hosts)
+    objects = [o for o in render.render_fleet(sub, settings) if o.get("kind") == "DaemonSet"]
+    return {"objects": objects, "prune": resplit.fence_prune(plan, hosts)}
+
+
+def rollout_batch(value, total=0):
+    """gpusplit_rollout_batch as a number of hosts (a percentage of ``total``, at least 1)."""
+    return resplit.batch_size(value, total)
+
+
+class FilterModule:
+    def filters(self):
+        return wrap_filters((resplit_diff, resplit_refusals, resplit_fence, rollout_batch))

@@ -1,0 +1,575 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Changing the split of a busy fleet: who holds the GPUs that move, and what to do about it.
+
+A re-plan may move a GPU out of a node's Kubernetes share (to the host, or out of use). The kubelet
+does not evict a pod whose device disappeared from the plugin's list, so before anything changes
+the run must know who holds each GPU. The sources, per node:
+
+- the kubelet's pod-resources ``List`` (module ``gpu_pod_resources``, on the host): the device ids
+  each container got from a device plugin (GPU UUIDs, MIG UUIDs, or indices), and the devices of
+  its ResourceClaims;
+- the allocated ResourceClaims of the cluster (mode ``dra``): ``status.allocation.devices`` names
+  the driver's devices of the node, ``status.reservedFor`` the pods;
+- the GPU facts' processes (``in_container`` from their cgroups): a container process on a moving
+  GPU that no pod is known to hold is reported, not hidden.
+
+``resplit_diff`` compares the plan with the live split (the per-node split DaemonSet's
+``NVIDIA_VISIBLE_DEVICES`` or the DRA host-share DeviceTaintRules) and names, per node, the GPUs
+that move each way and the pods that hold a GPU leaving the Kubernetes share. ``resplit_table``
+prints it; ``resplit_refusals`` says what the chosen policy refuses; ``fence_objects`` and
+``fence_prune`` are what is applied first so that no new pod lands on a moving GPU.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DRIVER, device_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import normalize_uuid
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_NODE,
+    MANAGED_BY,
+    label_value,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import SHARE_DRA, find_mode
+
+POLICIES = ("refuse", "evict", "wait")
+HOST_PROCESS_POLICIES = ("refuse", "ignore")
+PLUGIN_APP_NAME = "gpusplit-device-plugin"
+PLUGIN_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},{LABEL_NAME}={PLUGIN_APP_NAME}"
+ANNOTATION_NODE_NAME = "gpusplit.io/node-name"
+ANNOTATION_UUID = "gpusplit.io/gpu-uuid"
+
+
+class ResplitError(GpusplitError):
+    """A re-split refused: its inputs, or the policy's verdict on the pods and processes found."""
+
+    title = "re-split"
+
+
+def _mapping(value, what):
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise ResplitError(f"{what}: expected a mapping, got {type_name(value)}")
+    return value
+
+
+def _list(value, what):
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ResplitError(f"{what}: expected a list, got {type_name(value)}")
+    return value
+
+
+def check_policy(policy, host_processes="refuse"):
+    errors = []
+    if policy not in POLICIES:
+        errors.append(f"gpusplit_resplit_policy: {policy!r} is not one of {', '.join(POLICIES)}")
+    if host_processes not in HOST_PROCESS_POLICIES:
+        errors.append(
+            f"gpusplit_resplit_host_processes: {host_processes!r} is not one of {', '.join(HOST_PROCESS_POLICIES)}"
+        )
+    if errors:
+        raise ResplitError(errors)
+
+
+# ---------------------------------------------------------------------------------------------
+# the GPUs of a node and the ids that name them
+
+
+class GpuIndex:
+    """Every id that names a GPU of one node plan: UUID, MIG UUIDs, index, the DRA driver's device name."""
+
+    def __init__(self, node_plan):
+        self.gpus = node_plan.get("gpus") or []
+        self.by_id = {}
+        for gpu in self.gpus:
+            uuid = normalize_uuid(gpu.get("uuid") or "")
+            ref = {"uuid": gpu.get("uuid"), "index": gpu.get("index")}
+            for key in (uuid, str(gpu.get("index"))):
+                self.by_id.setdefault(key, ref)
+            for mig in gpu.get("mig_uuids") or []:
+                self.by_id.setdefault(normalize_uuid(mig), ref)
+            if gpu.get("minor_number") is not None:  # the DRA driver names a GPU gpu-<minor>
+                self.by_id.setdefault(f"dra:{device_name(gpu['minor_number'])}", ref)
+
+    def gpu(self, device_id):
+        if device_id is None:
+            return None
+        text = str(device_id).strip()
+        return self.by_id.get(normalize_uuid(text)) or self.by_id.get(text)
+
+    def dra(self, device):
+        return self.by_id.get(f"dra:{device}")
+
+
+def _kubernetes_uuids(node_plan):
+    return [g["uuid"] for g in node_plan.get("gpus") or [] if g.get("share") == "kubernetes"]
+
+
+# ---------------------------------------------------------------------------------------------
+# the split as it is in the cluster
+
+
+def _plugin_container_env(ds):
+    for container in ((ds.get("spec") or {}).get("template") or {}).get("spec", {}).get("containers") or []:
+        for env in container.get("env") or []:
+            if env.get("name") == "NVIDIA_VISIBLE_DEVICES":
+                return env.get("value")
+    return None
+
+
+def live_shares(plan, daemonsets=None, taint_rules=None):
+    """{node: {"kubernetes": [GPU UUID] or None, "source": ...}} as the cluster has it now.
+
+    A node with a split DaemonSet: the GPUs its NVIDIA_VISIBLE_DEVICES names. A node in mode dra
+    with gpusplit's host-share DeviceTaintRules: every GPU but the tainted ones. Otherwise None
+    (no split yet: what the node's own device plugin advertised is not known here).
+    """
+    nodes = _mapping((plan or {}).get("nodes"), "plan.nodes")
+    by_node = {}
+    for ds in _list(daemonsets, "daemonsets"):
+        meta = (ds or {}).get("metadata") or {}
+        node = (meta.get("annotations") or {}).get(ANNOTATION_NODE_NAME)
+        if node:
+            by_node[node] = _plugin_container_env(ds)
+    tainted = {}
+    for rule in _list(taint_rules, "taint rules"):
+        meta = (rule or {}).get("metadata") or {}
+        node = (meta.get("annotations") or {}).get(ANNOTATION_NODE_NAME) or (
+            ((rule.get("spec") or {}).get("deviceSelector") or {}).get("pool")
+        )
+        uuid = (meta.get("annotations") or {}).get(ANNOTATION_UUID)
+        if node and uuid:
+            tainted.setdefault(node, set()).add(normalize_uuid(uuid))
+    out = {}
+    for node_plan in nodes.values():
+        node = node_plan["node"]
+        index = GpuIndex(node_plan)
+        if node in by_node:
+            ids = [v.strip() for v in (by_node[node] or "").split(",") if v.strip()]
+            if ids in (["all"],):
+                share = [g["uuid"] for g in index.gpus]
+            elif ids in (["none"], ["void"]):
+                share = []
+            else:
+                share = []
+                for device_id in ids:
+                    gpu = index.gpu(device_id)
+                    if gpu and gpu["uuid"] not in share:
+                        share.append(gpu["uuid"])
+            out[node] = {"kubernetes": share, "source": "split DaemonSet"}
+        elif node in tainted:
+            share = [g["uuid"] for g in index.gpus if normalize_uuid(g["uuid"]) not in tainted[node]]
+            out[node] = {"kubernetes": share, "source": "DeviceTaintRules"}
+        else:
+            out[node] = {"kubernetes": None, "source": "no split yet"}
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# who holds the GPUs
+
+
+def _owner(pod):
+    for ref in ((pod or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return f"{ref.get('kind')}/{ref.get('name')}"
+    refs = ((pod or {}).get("metadata") or {}).get("ownerReferences") or []
+    return f"{refs[0].get('kind')}/{refs[0].get('name')}" if refs else None
+
+
+def _pods_by_name(pods):
+    out = {}
+    for pod in _list(pods, "pods"):
+        meta = (pod or {}).get("metadata") or {}
+        out[(meta.get("namespace"), meta.get("name"))] = pod
+    return out
+
+
+def _active(pod):
+    return ((pod or {}).get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+def device_plugin_holders(node_plan, pod_resources, pods_by_name):
+    """Holders of the node's GPUs from the kubelet's pod-resources answer (module gpu_pod_resources)."""
+    index = GpuIndex(node_plan)
+    out = []
+    for entry in (pod_resources or {}).get("holders") or []:
+        if entry.get("resource_name") is None:
+            continue  # a claim's device: ResourceClaims are read from the API (claim_holders)
+        gpu = index.gpu(entry.get("device_id"))
+        key = (entry.get("namespace"), entry.get("pod"))
+        pod = pods_by_name.get(key)
+        if pod is not None and not _active(pod):
+            continue
+        out.append(
+            {
+                "namespace": key[0],
+                "pod": key[1],
+                "uid": ((pod or {}).get("metadata") or {}).get("uid"),
+                "owner": _owner(pod),
+                "container": entry.get("container"),
+                "resource_name": entry.get("resource_name"),
+                "device_id": entry.get("device_id"),
+                "gpu": gpu["uuid"] if gpu else None,
+                "index": gpu["index"] if gpu else None,
+                "via": "device plugin",
+            }
+        )
+    return out
+
+
+def claim_holders(node_plan, claims, pods_by_name, driver=DRIVER):
+    """Holders of the node's GPUs through allocated ResourceClaims (mode dra)."""
+    index = GpuIndex(node_plan)
+    node = node_plan["node"]
+    out = []
+    for claim in _list(claims, "resource claims"):
+        meta = (claim or {}).get("metadata") or {}
+        status = (claim or {}).get("status") or {}
+        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
+        for result in results:
+            if result.get("driver") != driver or result.get("pool") != node:
+                continue
+            gpu = index.dra(result.get("device"))
+            for reserved in status.get("reservedFor") or []:
+                if reserved.get("resource") not in (None, "pods"):
+                    continue
+                pod = pods_by_name.get((meta.get("namespace"), reserved.get("name")))
+                if pod is not None and not _active(pod):
+                    continue
+                out.append(
+                    {
+                        "namespace": meta.get("namespace"),
+                        "pod": reserved.get("name"),
+                        "uid": reserved.get("uid"),
+                        "owner": _owner(pod),
+                        "container": None,
+                        "resource_name": None,
+                        "claim": meta.get("name"),
+                        "device_id": result.get("device"),
+                        "gpu": gpu["uuid"] if gpu else None,
+                        "index": gpu["index"] if gpu else None,
+                        "via": "ResourceClaim",
+                    }
+                )
+    return out
+
+
+def _gpu_processes(facts, uuid):
+    for gpu in (facts or {}).get("gpus") or []:
+        if normalize_uuid(gpu.get("uuid") or "") == normalize_uuid(uuid or ""):
+            return gpu.get("processes") or []
+    return []
+
+
+# ---------------------------------------------------------------------------------------------
+# the diff
+
+
+def node_diff(node_plan, live, pod_resources=None, pods_by_name=None, claims=None, facts=None, services=None):
+    """What changes on one node and who is in the way (see resplit_diff)."""
+    pods_by_name = pods_by_name or {}
+    after = _kubernetes_uuids(node_plan)
+    before = (live or {}).get("kubernetes")
+    gpus = {g["uuid"]: g for g in node_plan.get("gpus") or []}
+
+    def ref(uuid):
+        g = gpus.get(uuid) or {}
+        return {"uuid": uuid, "index": g.get("index"), "share": g.get("share")}
+
+    if before is None:
+        to_host, to_kubernetes = [], []
+    else:
+        to_host = [ref(u) for u in before if u not in after]
+        to_kubernetes = [ref(u) for u in after if u not in before]
+    holders = device_plugin_holders(node_plan, pod_resources, pods_by_name)
+    holders += claim_holders(node_plan, claims, pods_by_name)
+    # a pod in the way: holds a GPU that is not in the new Kubernetes share (or one not on the node)
+    in_the_way = [h for h in holders if h["gpu"] not in after]
+    held = {h["gpu"] for h in in_the_way}
+    if before is None:
+        # no live split to compare with: every held GPU that leaves the Kubernetes share moves
+        to_host = [ref(u) for u in sorted(held, key=lambda u: (gpus.get(u) or {}).get("index", 0)) if u]
+    warnings = []
+    held_uuids = {normalize_uuid(h["gpu"] or "") for h in holders}
+    for move in to_host:
+        for proc in _gpu_processes(facts, move["uuid"]):
+            if proc.get("in_container") and normalize_uuid(move["uuid"]) not in held_uuids:
+                warnings.append(
+                    f"{node_plan['node']}: GPU {move['index']} ({move['uuid']}) runs container process "
+                    f"{proc.get('pid')} ({proc.get('name')}) that no pod is known to hold: a container "
+                    "outside Kubernetes, or a pod the kubelet no longer reports; stop it before the GPU "
+                    "goes to the host"
+                )
+    host_processes = []
+    for move in to_kubernetes:
+        for proc in _gpu_processes(facts, move["uuid"]):
+            if not proc.get("in_container"):
+                host_processes.append(
+                    {
+                        "gpu": move["uuid"],
+                        "index": move["index"],
+                        "pid": proc.get("pid"),
+                        "name": proc.get("name"),
+                    }
+                )
+    available = (pod_resources or {}).get("available")
+    return {
+        "node": node_plan["node"],
+        "host": node_plan.get("host"),
+        "mode": node_plan.get("mode"),
+        "before_source": (live or {}).get("source"),
+        "kubernetes_before": before,
+        "kubernetes_after": after,
+        "to_host": to_host,
+        "to_kubernetes": to_kubernetes,
+        "holders": in_the_way,
+        "host_processes": host_processes,
+        "host_services": list(services or []),
+        "pod_resources": "read"
+        if available
+        else ("not read" if pod_resources is None else "no kubelet socket"),
+        "warnings": warnings,
+    }
+
+
+def resplit_diff(
+    plan,
+    pod_resources=None,
+    daemonsets=None,
+    taint_rules=None,
+    pods=None,
+    claims=None,
+    facts=None,
+    services=None,
+):
+    """Per node of the plan: the GPUs that move each way and the pods in the way.
+
+    ``pod_resources``: {host: gpu_pod_resources result}; ``daemonsets``: the live split DaemonSets;
+    ``taint_rules``: gpusplit's live host-share DeviceTaintRules; ``pods``: the live pods (owners,
+    phases); ``claims``: the live ResourceClaims; ``facts``: {host: nvidia_gpus}; ``services``:
+    {host: gpusplit_host_services}. Returns {"nodes": [...] (only nodes where something moves or
+    someone is in the way), "unchanged": [node names], "holders": every pod in the way once,
+    "warnings": [...]}.
+    """
+    nodes = _mapping(_mapping(plan, "plan").get("nodes"), "plan.nodes")
+    pod_resources = _mapping(pod_resources, "pod_resources")
+    facts = _mapping(facts, "facts")
+    services = _mapping(services, "services")
+    shares = live_shares(plan, daemonsets, taint_rules)
+    by_name = _pods_by_name(pods)
+    out = {"nodes": [], "unchanged": [], "holders": [], "warnings": []}
+    seen = set()
+    for host in sorted(nodes):
+        node_plan = nodes[host]
+        diff = node_diff(
+            node_plan,
+            shares.get(node_plan["node"]),
+            pod_resources.get(host),
+            by_name,
+            claims,
+            facts.get(host),
+            services.get(host),
+        )
+        out["warnings"].extend(diff["warnings"])
+        if diff["to_host"] or diff["to_kubernetes"] or diff["holders"] or diff["host_processes"]:
+            out["nodes"].append(diff)
+        else:
+            out["unchanged"].append(diff["node"])
+        for h in diff["holders"]:
+            key = (h["namespace"], h["pod"])
+            if key not in seen:
+                seen.add(key)
+                out["holders"].append(
+                    {"namespace": h["namespace"], "name": h["pod"], "uid": h["uid"], "node": diff["node"]}
+                )
+    return out
+
+
+def _gpus_text(refs):
+    return ", ".join(f"{r['index']} ({r['uuid']})" for r in refs) or "-"
+
+
+def resplit_table(diff):
+    """The diff as lines of text: one block per node that changes."""
+    diff = _mapping(diff, "diff")
+    lines = []
+    for node in diff.get("nodes") or []:
+        before = node["kubernetes_before"]
+        lines.append(
+            f"{node['node']} (mode {node['mode']}): Kubernetes share "
+            f"{'unknown (' + node['before_source'] + ')' if before is None else len(before)} -> "
+            f"{len(node['kubernetes_after'])}; pod-resources {node['pod_resources']}"
+        )
+        lines.append(f"  to the host:      {_gpus_text(node['to_host'])}")
+        lines.append(f"  to Kubernetes:    {_gpus_text(node['to_kubernetes'])}")
+        for h in node["holders"]:
+            owner = f", owner {h['owner']}" if h.get("owner") else ""
+            via = f"claim {h['claim']}" if h.get("claim") else f"{h['resource_name']} {h['device_id']}"
+            lines.append(
+                f"  held: GPU {h['index']} ({h['gpu']}) by pod {h['namespace']}/{h['pod']}{owner} ({via})"
+            )
+        for p in node["host_processes"]:
+            lines.append(f"  host process on GPU {p['index']} ({p['gpu']}): pid {p['pid']} {p['name']}")
+        if node["to_kubernetes"] and node["host_services"]:
+            lines.append(f"  host services pinned to the host share: {', '.join(node['host_services'])}")
+    if not lines:
+        lines.append("no node's split changes, and no pod holds a GPU outside its node's Kubernetes share")
+    elif diff.get("unchanged"):
+        lines.append(f"unchanged: {len(diff['unchanged'])} node(s)")
+    return "\n".join(lines + list(diff.get("warnings") or []))
+
+
+def resplit_refusals(diff, policy="refuse", host_processes="refuse"):
+    """The messages that stop the run before any change ([] when it may go on)."""
+    check_policy(policy, host_processes)
+    diff = _mapping(diff, "diff")
+    errors = []
+    for node in diff.get("nodes") or []:
+        if policy == "refuse" and node["holders"]:
+            pods = "; ".join(
+                f"{h['namespace']}/{h['pod']} holds GPU {h['index']} ({h['gpu']})" for h in node["holders"]
+            )
+            errors.append(
+                f"{node['node']}: {pods}. These GPUs leave the node's Kubernetes share, and the kubelet does not "
+                "take a device back from a running pod. Set gpusplit_resplit_policy=evict (evicts exactly these "
+                "pods, honouring PodDisruptionBudgets) or wait (no new pod gets these GPUs; waits for these pods "
+                "to finish), or move the pods yourself, then run this again. Nothing was changed."
+            )
+        if host_processes == "refuse" and node["host_processes"]:
+            procs = "; ".join(
+                f"pid {p['pid']} ({p['name']}) on GPU {p['index']} ({p['gpu']})"
+                for p in node["host_processes"]
+            )
+            services = (
+                f" The host services pinned to the host share: {', '.join(node['host_services'])}."
+                if node["host_services"]
+                else ""
+            )
+            errors.append(
+                f"{node['node']}: host process(es) run on GPUs that go to Kubernetes: {procs}.{services} Stop them "
+                "(or re-pin them to the host's share), or set gpusplit_resplit_host_processes=ignore. "
+                "Nothing was changed."
+            )
+    return errors
+
+
+def fence_nodes(diff):
+    """Host names of the nodes where pods hold a GPU that leaves the Kubernetes share."""
+    return sorted({n["host"] for n in _mapping(diff, "diff").get("nodes") or [] if n["holders"]})
+
+
+def sub_plan(plan, hosts):
+    """The plan restricted to ``hosts`` (the same shape)."""
+    nodes = _mapping(_mapping(plan, "plan").get("nodes"), "plan.nodes")
+    return {**plan, "nodes": {h: nodes[h] for h in _list(hosts, "hosts") if h in nodes}}
+
+
+def fence_prune(plan, hosts):
+    """The prune entry that removes the split DaemonSets of ``hosts`` the plan no longer renders."""
+    nodes = sub_plan(plan, hosts)["nodes"]
+    labels = sorted(label_value(n["node"]) for n in nodes.values())
+    if not labels:
+        return []
+    return [
+        {
+            "api_version": "apps/v1",
+            "kind": "DaemonSet",
+            "label_selector": f"{PLUGIN_SELECTOR},{LABEL_NODE} in ({','.join(labels)})",
+        }
+    ]
+
+
+def dra_fence_devices(diff, plan):
+    """[{host, node, index, uuid, pci_bus_id}] of held GPUs that leave the share of a node in mode dra."""
+    nodes = _mapping(_mapping(plan, "plan").get("nodes"), "plan.nodes")
+    out = []
+    for node in _mapping(diff, "diff").get("nodes") or []:
+        node_plan = nodes.get(node["host"]) or {}
+        mode = find_mode(node_plan.get("mode"))
+        if mode is None or mode.kubernetes_share != SHARE_DRA:
+            continue
+        gpus = {g["uuid"]: g for g in node_plan.get("gpus") or []}
+        for uuid in sorted({h["gpu"] for h in node["holders"] if h["gpu"]}):
+            g = gpus.get(uuid) or {}
+            out.append(
+                {
+                    "host": node["host"],
+                    "node": node["node"],
+                    "index": g.get("index"),
+                    "uuid": uuid,
+                    "pci_bus_id": g.get("pci_bus_id"),
+                }
+            )
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# batches
+
+
+def batch_size(value, total):
+    """gpusplit_rollout_batch (a number, or a percentage such as "25%") as a count of hosts (>= 1)."""
+    if isinstance(value, bool) or value is None:
+        raise ResplitError(
+            f"gpusplit_rollout_batch: expected a number or a percentage, got {type_name(value)}"
+        )
+    text = str(value).strip()
+    try:
+        if text.endswith("%"):
+            pct = float(text[:-1])
+            if not 0 < pct <= 100:
+                raise ValueError
+            return max(1, math.ceil(total * pct / 100.0)) if total else 1
+        count = int(text)
+        if count < 1:
+            raise ValueError
+        return count
+    except ValueError:
+        raise ResplitError(
+            f"gpusplit_rollout_batch: {value!r} is neither a whole number >= 1 nor a percentage in (0%, 100%]"
+        ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# from the inventory
+
+
+POD_RESOURCES_VAR = "gpu_resplit_pod_resources"
+
+
+def resplit_from_inventory(plan, hostvars, daemonsets=None, taint_rules=None, pods=None, claims=None):
+    """resplit_diff with each planned host's inputs taken from its variables.
+
+    Per host of the plan: the registered pod-resources answer (``gpu_resplit_pod_resources``), the
+    GPU facts (``nvidia_gpus``) and ``gpusplit_host_services``. The result also carries ``table``
+    (resplit_table), ``fence_hosts`` and ``dra_fence`` (dra_fence_devices).
+    """
+    nodes = _mapping(_mapping(plan, "plan").get("nodes"), "plan.nodes")
+    pod_resources, facts, services = {}, {}, {}
+    for host in nodes:
+        if host not in hostvars:
+            raise ResplitError(
+                f"host {host!r} of the plan is not in the inventory (hostvars has no such host)"
+            )
+        hv = hostvars[host]
+        answer = hv.get(POD_RESOURCES_VAR)
+        if isinstance(answer, dict) and not answer.get("skipped"):
+            pod_resources[host] = answer
+        found = (hv.get("ansible_facts") or {}).get("nvidia_gpus", hv.get("nvidia_gpus"))
+        if found is not None:
+            facts[host] = found
+        services[host] = _list(hv.get("gpusplit_host_services"), f"{host}: gpusplit_host_services")
+    diff = resplit_diff(plan, pod_resources, daemonsets, taint_rules, pods, claims, facts, services)
+    diff["table"] = resplit_table(diff)
+    diff["fence_hosts"] = fence_nodes(diff)
+    diff["dra_fence"] = dra_fence_devices(diff, plan)
+    return diff

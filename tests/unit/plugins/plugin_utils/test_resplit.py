@@ -1,0 +1,212 @@
+"""The re-split's plan diff, its policies and its fences (plugins/plugin_utils/resplit.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_node
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, resplit
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import ResplitError
+
+
+def gpu(i, processes=()):
+    return {
+        "uuid": f"GPU-00000001-{i:04x}-4000-8000-{16 + i:012x}",
+        "index": i,
+        "minor_number": i,
+        "pci_bus_id": f"0000:{0x18 + 0x10 * i:02x}:00.0",
+        "name": "NVIDIA H100 80GB HBM3",
+        "memory_total_mib": 81559,
+        "mig_mode": {"current": "disabled", "pending": None},
+        "mig_devices": [],
+        "health": {"status": "ok", "reasons": []},
+        "processes": list(processes),
+    }
+
+
+GPUS = [gpu(i) for i in range(8)]
+
+
+def uuid(i):
+    return GPUS[i]["uuid"]
+
+
+def plan_of(split, mode="device_plugin", gpus=GPUS, host="node-a"):
+    return {"nodes": {host: plan_node(host, gpus, mode, split)}, "summary": {}, "warnings": []}
+
+
+def live_ds(plan):
+    return render.render_fleet(plan)[-1:]
+
+
+def answer(*holds):
+    """A gpu_pod_resources result: (namespace, pod, device id) per held device."""
+    return {
+        "available": True,
+        "holders": [
+            {
+                "namespace": ns,
+                "pod": pod,
+                "container": "main",
+                "resource_name": "nvidia.com/gpu",
+                "device_id": dev,
+            }
+            for ns, pod, dev in holds
+        ],
+    }
+
+
+def pod(ns, name, phase="Running", owner=None):
+    meta = {"namespace": ns, "name": name, "uid": f"uid-{name}"}
+    if owner:
+        meta["ownerReferences"] = [{"kind": owner[0], "name": owner[1], "controller": True}]
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+def test_the_live_share_is_read_from_the_split_daemonset():
+    old = plan_of({"host_count": 2})
+    shares = resplit.live_shares(old, live_ds(old))
+    assert shares["node-a"] == {"kubernetes": [uuid(i) for i in range(2, 8)], "source": "split DaemonSet"}
+    assert resplit.live_shares(old, [])["node-a"]["kubernetes"] is None
+
+
+def test_a_gpu_moving_to_the_host_held_by_a_pod_is_named_with_its_owner():
+    old, new = plan_of({"host_count": 2}), plan_of({"host_indices": [0, 1, 5]})
+    diff = resplit.resplit_diff(
+        new,
+        {"node-a": answer(("team", "train-0", uuid(5)), ("team", "infer-0", uuid(3)))},
+        live_ds(old),
+        pods=[pod("team", "train-0", owner=("Job", "train")), pod("team", "infer-0")],
+    )
+    [node] = diff["nodes"]
+    assert [m["index"] for m in node["to_host"]] == [5]
+    assert node["to_kubernetes"] == []
+    assert [(h["pod"], h["index"], h["owner"]) for h in node["holders"]] == [("train-0", 5, "Job/train")]
+    assert diff["holders"] == [
+        {"namespace": "team", "name": "train-0", "uid": "uid-train-0", "node": "node-a"}
+    ]
+    table = resplit.resplit_table(diff)
+    assert "to the host:      5 (" in table and "team/train-0, owner Job/train" in table
+    [msg] = resplit.resplit_refusals(diff, "refuse")
+    assert "team/train-0 holds GPU 5" in msg and "Nothing was changed" in msg and "infer-0" not in msg
+    assert resplit.resplit_refusals(diff, "evict") == []
+    assert resplit.resplit_refusals(diff, "wait") == []
+
+
+def test_device_ids_may_be_indices_and_finished_pods_do_not_count():
+    old, new = plan_of({"host_count": 2}), plan_of({"host_count": 4})
+    diff = resplit.resplit_diff(
+        new,
+        {"node-a": answer(("a", "p", "2"), ("a", "done", "3"))},
+        live_ds(old),
+        pods=[pod("a", "p"), pod("a", "done", phase="Succeeded")],
+    )
+    [node] = diff["nodes"]
+    assert [m["index"] for m in node["to_host"]] == [2, 3]
+    assert [h["pod"] for h in node["holders"]] == ["p"]
+
+
+def test_unchanged_nodes_are_only_counted():
+    plan = plan_of({"host_count": 2})
+    diff = resplit.resplit_diff(
+        plan, {"node-a": answer(("a", "p", uuid(4)))}, live_ds(plan), pods=[pod("a", "p")]
+    )
+    assert diff["nodes"] == [] and diff["unchanged"] == ["node-a"]
+    assert "no node's split changes" in resplit.resplit_table(diff)
+
+
+def test_without_a_live_split_a_held_gpu_outside_the_new_share_still_stops_the_run():
+    new = plan_of({"host_count": 3})
+    diff = resplit.resplit_diff(new, {"node-a": answer(("a", "p", uuid(1)))}, [], pods=[pod("a", "p")])
+    [node] = diff["nodes"]
+    assert node["kubernetes_before"] is None and [m["index"] for m in node["to_host"]] == [1]
+    assert resplit.resplit_refusals(diff) and "unknown (no split yet)" in resplit.resplit_table(diff)
+
+
+def test_a_host_process_on_a_gpu_going_to_kubernetes_is_refused_unless_ignored():
+    gpus = [
+        gpu(i, [{"pid": 77, "name": "trainer", "in_container": False}] if i == 1 else []) for i in range(8)
+    ]
+    old, new = plan_of({"host_count": 2}, gpus=gpus), plan_of({"host_count": 1}, gpus=gpus)
+    diff = resplit.resplit_diff(
+        new, {}, live_ds(old), facts={"node-a": {"gpus": gpus}}, services={"node-a": ["trainer.service"]}
+    )
+    [node] = diff["nodes"]
+    assert [m["index"] for m in node["to_kubernetes"]] == [1]
+    [msg] = resplit.resplit_refusals(diff, "evict")
+    assert "pid 77 (trainer) on GPU 1" in msg and "trainer.service" in msg
+    assert resplit.resplit_refusals(diff, "evict", "ignore") == []
+
+
+def test_a_container_process_no_pod_holds_is_warned_about():
+    gpus = [gpu(i, [{"pid": 9, "name": "python", "in_container": True}] if i == 6 else []) for i in range(8)]
+    old, new = plan_of({"host_count": 2}, gpus=gpus), plan_of({"host_indices": [0, 1, 6]}, gpus=gpus)
+    diff = resplit.resplit_diff(new, {"node-a": answer()}, live_ds(old), facts={"node-a": {"gpus": gpus}})
+    assert any("container process 9 (python) that no pod is known to hold" in w for w in diff["warnings"])
+
+
+def test_dra_holders_come_from_allocated_claims():
+    new = plan_of({"host_indices": [0, 1, 4]}, mode="dra")
+    claim = {
+        "metadata": {"namespace": "ml", "name": "c1"},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"driver": "gpu.nvidia.com", "pool": "node-a", "device": "gpu-4"}]}
+            },
+            "reservedFor": [{"resource": "pods", "name": "w-0", "uid": "u1"}],
+        },
+    }
+    rules = [
+        {
+            "metadata": {"annotations": {"gpusplit.io/gpu-uuid": uuid(i)}},
+            "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": "node-a", "device": f"gpu-{i}"}},
+        }
+        for i in (0, 1)
+    ]
+    diff = resplit.resplit_diff(new, {}, [], rules, [pod("ml", "w-0")], [claim])
+    [node] = diff["nodes"]
+    assert node["before_source"] == "DeviceTaintRules"
+    assert [m["index"] for m in node["to_host"]] == [4]
+    [holder] = node["holders"]
+    assert (holder["pod"], holder["claim"], holder["index"], holder["via"]) == (
+        "w-0",
+        "c1",
+        4,
+        "ResourceClaim",
+    )
+    assert resplit.dra_fence_devices(diff, new) == [
+        {"host": "node-a", "node": "node-a", "index": 4, "uuid": uuid(4), "pci_bus_id": "00000000:58:00.0"}
+    ]
+
+
+def test_the_fence_prunes_only_the_fenced_nodes_daemonsets():
+    prune = resplit.fence_prune(plan_of({"host_count": 2}), ["node-a", "elsewhere"])
+    assert prune == [
+        {
+            "api_version": "apps/v1",
+            "kind": "DaemonSet",
+            "label_selector": "app.kubernetes.io/managed-by=gpusplit,app.kubernetes.io/name=gpusplit-device-plugin,"
+            "gpusplit.io/node in (node-a)",
+        }
+    ]
+    assert resplit.fence_prune(plan_of({"host_count": 2}), ["elsewhere"]) == []
+
+
+@pytest.mark.parametrize(
+    ("value", "total", "want"), [(2, 10, 2), ("3", 10, 3), ("25%", 8, 2), ("10%", 3, 1), ("100%", 7, 7)]
+)
+def test_batch_sizes(value, total, want):
+    assert resplit.batch_size(value, total) == want
+
+
+@pytest.mark.parametrize("value", [0, -1, "0%", "150%", "abc", True, None, 2.5, "2.5"])
+def test_bad_batch_sizes_are_refused(value):
+    with pytest.raises(ResplitError, match="gpusplit_rollout_batch"):
+        resplit.batch_size(value, 4)
+
+
+def test_unknown_policies_are_refused():
+    with pytest.raises(ResplitError, match="gpusplit_resplit_policy: 'drain'"):
+        resplit.resplit_refusals({"nodes": []}, "drain")
+    with pytest.raises(ResplitError, match="gpusplit_resplit_host_processes"):
+        resplit.resplit_refusals({"nodes": []}, "refuse", "kill")
