@@ -4,7 +4,8 @@
 
 {{ gpusplit_fleet_plan | gpusplit.k8s.resplit_diff(hostvars, daemonsets, taint_rules, pods, claims) }}
 {{ diff | gpusplit.k8s.resplit_refusals(gpusplit_resplit_policy, gpusplit_resplit_host_processes) }}
-{{ gpusplit_fleet_plan | gpusplit.k8s.resplit_fence(hosts, gpusplit_plugin_settings) }}
+{{ gpusplit_fleet_plan | gpusplit.k8s.resplit_fence(diff, gpusplit_plugin_settings, 'NoSchedule') }}
+{{ pods.resources | gpusplit.k8s.resplit_still_holding(diff) }}
 {{ gpusplit_rollout_batch | gpusplit.k8s.rollout_batch(host_count) }}
 
 The logic is in plugins/plugin_utils/resplit.py; each filter is documented in
@@ -14,6 +15,7 @@ plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 from __future__ import annotations
 
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, resplit
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra import render as dra_render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 
 
@@ -27,11 +29,27 @@ def resplit_refusals(diff, policy="refuse", host_processes="refuse"):
     return resplit.resplit_refusals(diff, policy, host_processes)
 
 
-def resplit_fence(plan, hosts, settings=None):
-    """{objects, prune}: the new split DaemonSets of ``hosts`` only, and the prune of those no longer rendered."""
+def resplit_fence(plan, diff, settings=None, dra_effect="NoSchedule"):
+    """What keeps new pods off the moving GPUs of the diff's fenced nodes.
+
+    {objects, prune}: their new split DaemonSets and the prune of those no longer rendered;
+    {dra_rules}: the host-share DeviceTaintRules of their held moving devices in mode dra.
+    """
+    hosts = resplit.fence_nodes(diff)
     sub = resplit.sub_plan(plan, hosts)
     objects = [o for o in render.render_fleet(sub, settings) if o.get("kind") == "DaemonSet"]
-    return {"objects": objects, "prune": resplit.fence_prune(plan, hosts)}
+    uuids = {d["uuid"] for d in resplit.dra_fence_devices(diff, plan)}
+    rules = [
+        rule
+        for rule in dra_render.host_share_rules(sub, dra_effect)
+        if ((rule.get("metadata") or {}).get("annotations") or {}).get(resplit.ANNOTATION_UUID) in uuids
+    ]
+    return {"objects": objects, "prune": resplit.fence_prune(plan, hosts), "dra_rules": rules}
+
+
+def resplit_still_holding(pods, diff):
+    """The pods in the way (diff.holders) that are still there and running."""
+    return resplit.still_holding(pods, diff)
 
 
 def rollout_batch(value, total=0):
@@ -41,4 +59,6 @@ def rollout_batch(value, total=0):
 
 class FilterModule:
     def filters(self):
-        return wrap_filters((resplit_diff, resplit_refusals, resplit_fence, rollout_batch))
+        return wrap_filters(
+            (resplit_diff, resplit_refusals, resplit_fence, resplit_still_holding, rollout_batch)
+        )

@@ -357,7 +357,8 @@ def resplit_diff(
     ``taint_rules``: gpusplit's live host-share DeviceTaintRules; ``pods``: the live pods (owners,
     phases); ``claims``: the live ResourceClaims; ``facts``: {host: nvidia_gpus}; ``services``:
     {host: gpusplit_host_services}. Returns {"nodes": [...] (only nodes where something moves or
-    someone is in the way), "unchanged": [node names], "holders": every pod in the way once,
+    someone is in the way), "unchanged": [node names], "holders": every pod in the way once
+    ({namespace, name, uid}: what module pod_eviction takes),
     "warnings": [...]}.
     """
     nodes = _mapping(_mapping(plan, "plan").get("nodes"), "plan.nodes")
@@ -388,9 +389,7 @@ def resplit_diff(
             key = (h["namespace"], h["pod"])
             if key not in seen:
                 seen.add(key)
-                out["holders"].append(
-                    {"namespace": h["namespace"], "name": h["pod"], "uid": h["uid"], "node": diff["node"]}
-                )
+                out["holders"].append({"namespace": h["namespace"], "name": h["pod"], "uid": h["uid"]})
     return out
 
 
@@ -460,6 +459,23 @@ def resplit_refusals(diff, policy="refuse", host_processes="refuse"):
                 "Nothing was changed."
             )
     return errors
+
+
+def still_holding(pods, diff):
+    """The holders of the diff that are still there: same namespace, name and uid, not finished."""
+    live = {}
+    for pod in _list(pods, "pods"):
+        meta = (pod or {}).get("metadata") or {}
+        live[(meta.get("namespace"), meta.get("name"))] = pod
+    out = []
+    for holder in _mapping(diff, "diff").get("holders") or []:
+        pod = live.get((holder["namespace"], holder["name"]))
+        if pod is None or not _active(pod):
+            continue
+        if holder.get("uid") and ((pod.get("metadata") or {}).get("uid")) != holder["uid"]:
+            continue  # a new pod of the same name (a StatefulSet's): not the holder
+        out.append(holder)
+    return out
 
 
 def fence_nodes(diff):
