@@ -292,8 +292,11 @@ def node_diff(node_plan, live, pod_resources=None, pods_by_name=None, claims=Non
         to_kubernetes = [ref(u) for u in after if u not in before]
     holders = device_plugin_holders(node_plan, pod_resources, pods_by_name)
     holders += claim_holders(node_plan, claims, pods_by_name)
-    # a pod in the way: holds a GPU that is not in the new Kubernetes share (or one not on the node)
-    in_the_way = [h for h in holders if h["gpu"] not in after]
+    # a pod in the way: holds a GPU that leaves the Kubernetes share in this change (a GPU that was
+    # outside it already, e.g. one a diagnostic claim tolerating the host-share taint uses, is not
+    # this change's business: verify reports a container on a host GPU); with no live split to
+    # compare with, every held GPU outside the new share
+    in_the_way = [h for h in holders if h["gpu"] not in after and (before is None or h["gpu"] in before)]
     held = {h["gpu"] for h in in_the_way}
     if before is None:
         # no live split to compare with: every held GPU that leaves the Kubernetes share moves

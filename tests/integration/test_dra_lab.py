@@ -490,6 +490,50 @@ def test_isolate_reports_then_evicts_then_gives_back(ctx, dgx_pods):
 
 
 # --------------------------------------------------------------------------------------------
+# (3b) a re-split in mode dra: a claimed device goes to the host (docs/resplit.md)
+
+
+def test_resplit_refuses_then_evicts_the_claims_pod_after_the_none_report(ctx, dgx_pods):
+    alive = [n for n in dgx_pods if pod(ctx, n) and "deletionTimestamp" not in pod(ctx, n)["metadata"]]
+    holder = next(n for n in alive if allocated_device(ctx, n))
+    _, device = allocated_device(ctx, holder)
+    minor = int(device.split("-")[1])
+    index = next(g["index"] for g in fixture_gpus("dgx-h100") if g["minor_number"] == minor)
+    hosts = json.loads(json.dumps(HOSTS))
+    hosts[DGX]["gpusplit_split"] = {"host_indices": sorted({0, 1, index})}
+    moved = write_inventory(ctx.base / "inventory-resplit", hosts)
+    rule = f"gpusplit-host-{DGX}-{device}"
+    extra = ("-e", "gpusplit_dra_driver_install=false", "-e", f"gpusplit_hosts={DGX}")
+
+    proc = run_playbook(ctx, "dra.yml", *extra, inventory=moved, check=False)
+    assert proc.returncode != 0
+    said = " ".join(proc.stdout.split())
+    assert f"{ctx.ns}/{holder} holds GPU {index}" in said and "Nothing was changed" in said
+    assert rule not in our_rules()
+    assert "deletionTimestamp" not in pod(ctx, holder)["metadata"]
+
+    proc = run_playbook(ctx, "dra.yml", *extra, "-e", "gpusplit_resplit_policy=evict", inventory=moved)
+    said = " ".join(proc.stdout.split())
+    # the controller's report with effect None came first, shown with the pod that holds the device
+    assert "1 allocated device selected" in said, said[-4000:]
+    assert f"pods holding it: {holder}" in said
+    wait_for(
+        lambda: (lambda p: p is None or "deletionTimestamp" in p["metadata"])(pod(ctx, holder)),
+        what="the holder to be evicted",
+    )
+    for other in alive:
+        if other != holder:
+            p = pod(ctx, other)
+            assert p is not None and "deletionTimestamp" not in p["metadata"], other
+    live = our_rules()[rule]
+    assert live["spec"]["taint"]["key"] == "gpusplit.io/host-share"
+    assert live["spec"]["taint"]["effect"] == "NoSchedule"  # dra_split's effect after the backstop
+
+    run_playbook(ctx, "dra.yml", "-e", "gpusplit_dra_driver_install=false")  # back to the inventory's split
+    assert rule not in our_rules()
+
+
+# --------------------------------------------------------------------------------------------
 # (4) isolation in mode device_plugin: the node is planned without the GPU, its plugin rolled
 
 

@@ -82,9 +82,7 @@ def test_a_gpu_moving_to_the_host_held_by_a_pod_is_named_with_its_owner():
     assert [m["index"] for m in node["to_host"]] == [5]
     assert node["to_kubernetes"] == []
     assert [(h["pod"], h["index"], h["owner"]) for h in node["holders"]] == [("train-0", 5, "Job/train")]
-    assert diff["holders"] == [
-        {"namespace": "team", "name": "train-0", "uid": "uid-train-0", "node": "node-a"}
-    ]
+    assert diff["holders"] == [{"namespace": "team", "name": "train-0", "uid": "uid-train-0"}]
     table = resplit.resplit_table(diff)
     assert "to the host:      5 (" in table and "team/train-0, owner Job/train" in table
     [msg] = resplit.resplit_refusals(diff, "refuse")
@@ -104,6 +102,16 @@ def test_device_ids_may_be_indices_and_finished_pods_do_not_count():
     [node] = diff["nodes"]
     assert [m["index"] for m in node["to_host"]] == [2, 3]
     assert [h["pod"] for h in node["holders"]] == ["p"]
+
+
+def test_a_pod_on_a_gpu_that_was_the_hosts_already_is_not_this_changes_business():
+    old, new = plan_of({"host_count": 2}), plan_of({"host_count": 3})
+    diff = resplit.resplit_diff(
+        new, {"node-a": answer(("diag", "probe", uuid(0)))}, live_ds(old), pods=[pod("diag", "probe")]
+    )
+    [node] = diff["nodes"]
+    assert [m["index"] for m in node["to_host"]] == [2] and node["holders"] == []
+    assert resplit.resplit_refusals(diff) == []
 
 
 def test_unchanged_nodes_are_only_counted():
