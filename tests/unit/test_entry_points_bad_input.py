@@ -145,6 +145,7 @@ def base_args(name, tmp_path):
             "sysfs_root": str(tmp_path),
         },
         "nvidia_toolkit_config": {"path": str(tmp_path / "config.toml")},
+        "pod_eviction": {"pods": []},
         "rancher_config_dropin": {"config_dir": str(tmp_path / "rancher")},
         "static_pod_flags": {"path": str(tmp_path / "kube-apiserver.yaml")},
     }.get(name, {})
