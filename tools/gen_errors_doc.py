@@ -67,6 +67,18 @@ CAPABILITIES = (
         ("module_utils/_split/verify.py", "modules/fleet_verify.py"),
     ),
     (
+        "Changing the split of a busy fleet",
+        "The re-split (role `gpu_resplit`, `playbooks/resplit.yml`): the policy for pods that hold a GPU "
+        "leaving the Kubernetes share, host processes on GPUs going to Kubernetes, the batch size.",
+        ("plugin_utils/resplit.py", "filter/resplit.py"),
+    ),
+    (
+        "Evicting pods for a re-split",
+        "`pod_eviction`: the pods that hold a GPU leaving the Kubernetes share, evicted through the "
+        "Eviction API (PodDisruptionBudgets honoured).",
+        ("module_utils/_k8s/eviction.py", "modules/pod_eviction.py"),
+    ),
+    (
         "Rendering and applying the split",
         "The split device plugin's objects, node labels and taints, the plugin settings, the output "
         "directory, the cluster connection, and `cluster_apply` (server-side apply).",
