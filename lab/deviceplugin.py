@@ -75,18 +75,59 @@ def mig_strategy(container: dict) -> str:
     return value or "none"
 
 
-def advertised(gpus: list[dict], strategy: str) -> dict[str, int]:
-    """{resource: count} the plugin registers for the GPUs it sees under a MIG strategy."""
-    out = {RESOURCE: 0}
-    for g in gpus:
+def advertised_ids(gpus: list[dict], strategy: str) -> dict[str, list[str]]:
+    """{resource: [device id, ...]} the plugin registers for the GPUs it sees under a MIG strategy,
+    in GPU index order: GPU UUIDs for whole GPUs, MIG UUIDs for MIG devices (deviceIDStrategy uuid)."""
+    out: dict[str, list[str]] = {RESOURCE: []}
+    for g in sorted(gpus, key=lambda g: g.get("index", 0)):
         mig_on = str((g.get("mig_mode") or {}).get("current", "")).lower() == "enabled"
         if not mig_on or strategy == "none":
-            out[RESOURCE] += 1
+            out[RESOURCE].append(g["uuid"])
             continue
         for mig in g.get("mig_devices") or []:
             name = RESOURCE if strategy == "single" else f"{MIG_PREFIX}{mig.get('profile')}"
-            out[name] = out.get(name, 0) + 1
+            out.setdefault(name, []).append(mig.get("uuid"))
     return out
+
+
+def advertised(gpus: list[dict], strategy: str) -> dict[str, int]:
+    """{resource: count} the plugin registers for the GPUs it sees under a MIG strategy."""
+    return {name: len(ids) for name, ids in advertised_ids(gpus, strategy).items()}
+
+
+def plugin_container(pod: dict) -> dict:
+    """The device-plugin container of a plugin pod."""
+    return next(
+        (c for c in pod["spec"]["containers"] if PLUGIN_IMAGE_HINT in c.get("image", "")),
+        pod["spec"]["containers"][0],
+    )
+
+
+def running_plugins(api: client.ApiClient) -> dict[str, list[tuple]]:
+    """node -> [((namespace, DaemonSet), pod), ...] of the running device-plugin pods, oldest first:
+    the last one is the plugin whose registration the kubelet keeps."""
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    daemonsets = api.sanitize_for_serialization(apps.list_daemon_set_for_all_namespaces().items)
+    plugins = {
+        (ds["metadata"]["namespace"], ds["metadata"]["name"]): ds
+        for ds in daemonsets
+        if any(PLUGIN_IMAGE_HINT in c.get("image", "") for c in ds["spec"]["template"]["spec"]["containers"])
+    }
+    running: dict[str, list[tuple]] = {}
+    if plugins:
+        pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
+        for pod in pods:
+            owner = next(
+                (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("kind") == "DaemonSet"),
+                None,
+            )
+            key = (pod["metadata"]["namespace"], owner["name"]) if owner else None
+            if key in plugins and pod.get("status", {}).get("phase") == "Running":
+                running.setdefault(pod["spec"].get("nodeName"), []).append((key, pod))
+    for here in running.values():
+        # the kubelet keeps the endpoint of the plugin that registered last for a resource
+        here.sort(key=lambda kp: (kp[1]["metadata"].get("creationTimestamp") or "", kp[0]))
+    return running
 
 
 class DevicePluginSimulator:
@@ -112,42 +153,18 @@ class DevicePluginSimulator:
 
     def sync(self) -> None:
         api = self.api()
-        core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+        core = client.CoreV1Api(api)
         nodes = api.sanitize_for_serialization(core.list_node(label_selector=FIXTURE_LABEL).items)
-        daemonsets = api.sanitize_for_serialization(apps.list_daemon_set_for_all_namespaces().items)
-        plugins = {
-            (ds["metadata"]["namespace"], ds["metadata"]["name"]): ds
-            for ds in daemonsets
-            if any(
-                PLUGIN_IMAGE_HINT in c.get("image", "") for c in ds["spec"]["template"]["spec"]["containers"]
-            )
-        }
-        running: dict[str, list[tuple]] = {}
-        if plugins:
-            pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
-            for pod in pods:
-                owner = next(
-                    (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("kind") == "DaemonSet"),
-                    None,
-                )
-                key = (pod["metadata"]["namespace"], owner["name"]) if owner else None
-                if key in plugins and pod.get("status", {}).get("phase") == "Running":
-                    running.setdefault(pod["spec"].get("nodeName"), []).append((key, pod))
+        running = running_plugins(api)
         for node in nodes:
-            # the kubelet keeps the endpoint of the plugin that registered last for a resource
-            here = running.get(node["metadata"]["name"], [])
-            here.sort(key=lambda kp: (kp[1]["metadata"].get("creationTimestamp") or "", kp[0]))
-            self.sync_node(core, node, here)
+            self.sync_node(core, node, running.get(node["metadata"]["name"], []))
 
     def sync_node(self, core: client.CoreV1Api, node: dict, plugin_pods: list[tuple]) -> None:
         name = node["metadata"]["name"]
         gpus = fixture_gpus(node["metadata"]["labels"][FIXTURE_LABEL])
         want = {RESOURCE: 0}
         for _, pod in plugin_pods:
-            container = next(
-                (c for c in pod["spec"]["containers"] if PLUGIN_IMAGE_HINT in c.get("image", "")),
-                pod["spec"]["containers"][0],
-            )
+            container = plugin_container(pod)
             want = advertised(visible_gpus(gpus, container), mig_strategy(container))
         status = node.get("status") or {}
         # a MIG resource no longer registered stays on the node with 0, as with the kubelet

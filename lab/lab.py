@@ -13,8 +13,10 @@ pods. Its state is in .lab/state.json, each component's output in .lab/logs/<nam
 sshd.PORT, that one host of inventory/lab is reached through; `down` stops it too.
 
 What is simulated, and only this: kwok plays the kubelets of the GPU nodes (heartbeats, leases,
-pod status) and lab.deviceplugin plays the NVIDIA device plugin (what each node advertises as
-nvidia.com/gpu). etcd, kube-apiserver, kube-scheduler and kube-controller-manager are real.
+pod status), lab.deviceplugin plays the NVIDIA device plugin (what each node advertises as
+nvidia.com/gpu) and lab.podresources the kubelet's device manager (which pod holds which device)
+and its pod-resources API (a gRPC server per node on .lab/hosts/<node>/var/lib/kubelet/pod-resources/
+kubelet.sock). etcd, kube-apiserver, kube-scheduler and kube-controller-manager are real.
 """
 
 from __future__ import annotations
@@ -171,6 +173,15 @@ def supervise() -> None:
         plugin = DevicePluginSimulator()
     except Exception as exc:  # the simulator is optional for the control plane itself
         print(f"device plugin simulator unavailable: {exc}", flush=True)
+    podresources = None
+    try:
+        import grpc  # noqa: F401 - the stand-in serves with grpcio
+
+        from lab.podresources import PodResourcesSimulator
+
+        podresources = PodResourcesSimulator()
+    except Exception as exc:  # optional like the device plugin simulator
+        print(f"pod-resources simulator unavailable: {exc}", flush=True)
     by_name = {c.name: c for c in comps}
     apiserver_seen = None
     try:
@@ -191,8 +202,12 @@ def supervise() -> None:
             tmp.replace(STATE)
             if plugin is not None:
                 plugin.tick()
+            if podresources is not None:
+                podresources.tick()
             time.sleep(0.5)
     finally:
+        if podresources is not None:
+            podresources.stop()
         for comp in reversed(comps):
             comp.stop()
         STATE.unlink(missing_ok=True)
@@ -395,6 +410,10 @@ def down() -> int:
             os.kill(child, signal.SIGKILL)
             print(f"lab: killed leftover {name} ({child})")
     print(f"lab: {sshd.stop()}")
+    from lab.podresources import remove_sockets
+
+    for path in remove_sockets():  # what a killed supervisor left
+        print(f"lab: removed {path.relative_to(C.ROOT)}")
     print("lab: stopped" if pid else "lab: was not running")
     return 0
 

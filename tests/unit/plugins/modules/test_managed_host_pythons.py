@@ -1,6 +1,6 @@
 """The GPU host modules run by Ansible on a managed host whose Python is 3.8, 3.9 or 3.10 (ansible_python_interpreter),
-with the standard library only: nvidia_toolkit_config edits (and re-edits nothing) and nvidia_gpu_facts reads the
-stand-in nvidia-smi. Each Python 3.8-3.10 this machine has (tools/multi_python_tests.py finds them) is used."""
+with the standard library only: nvidia_toolkit_config edits (and re-edits nothing), nvidia_gpu_facts reads the
+stand-in nvidia-smi and gpu_pod_resources reads a real gRPC server (grpcio, in the controller's Python). Each Python 3.8-3.10 this machine has (tools/multi_python_tests.py finds them) is used."""
 
 from __future__ import annotations
 
@@ -35,8 +35,26 @@ PARAMS = [pytest.param(FOUND[m][0], id=f"python{m[0]}.{m[1]}") for m in sorted(F
 ]
 
 
+HELD_GPU = "GPU-3d5c1f8e-6a4b-4a1e-9f0a-2b7c8d9e0f13"
+HELD = [
+    {
+        "namespace": "ml",
+        "name": "trainer-0",
+        "containers": [
+            {
+                "name": "main",
+                "devices": [{"resource_name": "nvidia.com/gpu", "device_ids": [HELD_GPU], "numa_nodes": [1]}],
+                "dynamic_resources": [],
+            }
+        ],
+    }
+]
+
+
 @pytest.mark.parametrize("python", PARAMS)
 def test_gpu_host_modules_on_an_older_host_python(python, tmp_path):
+    socket_path_obj = tmp_path / "kubelet.sock"
+    socket_path = str(socket_path_obj)
     config = tmp_path / "config.toml"
     shutil.copy(TOOLKIT_FIXTURE, config)
     results = tmp_path / "results.json"
@@ -75,10 +93,15 @@ def test_gpu_host_modules_on_an_older_host_python(python, tmp_path):
                     "register": "facts",
                 },
                 {
+                    "name": "Read who holds the GPUs (the kubelet's pod-resources API)",
+                    "gpusplit.k8s.gpu_pod_resources": {"socket": socket_path},
+                    "register": "held",
+                },
+                {
                     "name": "Keep the results",
                     "ansible.builtin.copy": {
-                        "content": "{{ {'first': first, 'second': second, 'refused': refused, 'facts': facts}"
-                        " | to_json }}",
+                        "content": "{{ {'first': first, 'second': second, 'refused': refused, 'facts': facts,"
+                        " 'held': held} | to_json }}",
                         "dest": str(results),
                         "mode": "0644",
                     },
@@ -87,8 +110,20 @@ def test_gpu_host_modules_on_an_older_host_python(python, tmp_path):
         }
     ]
     (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    # a gRPC server in this (the controller's) Python, as the kubelet's; the module's client runs
+    # under the host's older Python with the standard library only
+    kubelet = importlib.import_module("lab.podresources").serve(socket_path_obj, lambda: HELD)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", PYTHONPATH="")
-    done = subprocess.run(
+    try:
+        done = run_play(python, tmp_path, env)
+    finally:
+        kubelet.stop(0)
+    assert done.returncode == 0, done.stdout + done.stderr
+    check_results(results, python)
+
+
+def run_play(python, tmp_path, env):
+    return subprocess.run(
         [
             str(BIN / "ansible-playbook"),
             "-i",
@@ -106,8 +141,13 @@ def test_gpu_host_modules_on_an_older_host_python(python, tmp_path):
         timeout=600,
         check=False,
     )
-    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def check_results(results, python):
     got = json.loads(results.read_text())
+    assert got["held"]["available"] is True and got["held"]["changed"] is False
+    assert got["held"]["pods"] == HELD
+    assert [h["device_id"] for h in got["held"]["holders"]] == [HELD_GPU]
     assert got["first"]["changed"] is True and got["second"]["changed"] is False
     assert got["first"]["after"] == {
         "accept-nvidia-visible-devices-envvar-when-unprivileged": False,

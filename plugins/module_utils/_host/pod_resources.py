@@ -1,0 +1,287 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Who holds each GPU of a node: the kubelet's pod-resources API. Private to the collection.
+
+The kubelet serves ``v1.PodResourcesLister`` on the unix socket
+``/var/lib/kubelet/pod-resources/kubelet.sock``; ``List`` answers, for every pod it runs, each
+container's devices by resource name (what device plugins allocated) and, for DRA, each claim's
+devices (driver, pool, device). It is the authority on which pod holds a GPU: a pod keeps a device
+after its plugin stops advertising it.
+
+The call goes through ``grpc_unix.call`` (HTTP/2 over the unix socket, standard library only)
+and the answer is decoded here by hand, field numbers from the kubelet's own
+``staging/src/k8s.io/kubelet/pkg/apis/podresources/v1/api.proto`` (Kubernetes 1.31 and later):
+
+    ListPodResourcesResponse { repeated PodResources pod_resources = 1; }
+    PodResources { string name = 1; string namespace = 2; repeated ContainerResources containers = 3; }
+    ContainerResources { string name = 1; repeated ContainerDevices devices = 2; repeated int64 cpu_ids = 3;
+                         repeated ContainerMemory memory = 4; repeated DynamicResource dynamic_resources = 5; }
+    ContainerDevices { string resource_name = 1; repeated string device_ids = 2; TopologyInfo topology = 3; }
+    TopologyInfo { repeated NUMANode nodes = 1; }    NUMANode { int64 ID = 1; }
+    DynamicResource { string claim_name = 2; string claim_namespace = 3; repeated ClaimResource claim_resources = 4; }
+    ClaimResource { repeated CDIDevice cdi_devices = 1; string driver_name = 2; string pool_name = 3;
+                    string device_name = 4; }
+    CDIDevice { string name = 1; }
+
+Fields not listed (CPU ids, memory, fields of later releases) are skipped, as protobuf readers do.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import grpc_unix
+
+DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
+LIST_METHOD = "/v1.PodResourcesLister/List"
+DEFAULT_PREFIXES = ("nvidia.com/",)
+DEFAULT_TIMEOUT = 10.0
+VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
+
+
+class PodResourcesError(GpusplitError):
+    """The pod-resources API could not be read, or its answer does not decode."""
+
+
+# ---- protobuf ---------------------------------------------------------------------------------
+
+
+def read_varint(buf, pos, what):
+    value = shift = 0
+    while True:
+        if pos >= len(buf):
+            raise PodResourcesError(f"the answer is cut off inside a number of {what}")
+        octet = buf[pos]
+        pos += 1
+        value |= (octet & 0x7F) << shift
+        if not octet & 0x80:
+            return value, pos
+        shift += 7
+        if shift >= 70:
+            raise PodResourcesError(f"the answer holds a number of {what} longer than 10 octets")
+
+
+def fields(buf, what):
+    """(field number, wire type, value) of each field of the message ``buf``: an int for varints,
+    a memoryview for length-delimited and fixed-size fields."""
+    buf = memoryview(buf)
+    pos = 0
+    while pos < len(buf):
+        key, pos = read_varint(buf, pos, what)
+        number, wire = key >> 3, key & 7
+        if number == 0:
+            raise PodResourcesError(f"the answer holds field number 0 in {what}")
+        if wire == VARINT:
+            value, pos = read_varint(buf, pos, what)
+        elif wire in (FIXED64, FIXED32, LENGTH):
+            if wire == LENGTH:
+                size, pos = read_varint(buf, pos, what)
+            else:
+                size = 8 if wire == FIXED64 else 4
+            if pos + size > len(buf):
+                raise PodResourcesError(f"the answer is cut off inside field {number} of {what}")
+            value = buf[pos : pos + size]
+            pos += size
+        else:
+            raise PodResourcesError(
+                f"the answer holds wire type {wire} (field {number} of {what}), which proto3 never writes"
+            )
+        yield number, wire, value
+
+
+def text(value):
+    return bytes(value).decode("utf-8", "replace")
+
+
+def signed64(value):
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def decode_devices(buf):
+    out = {"resource_name": "", "device_ids": [], "numa_nodes": []}
+    for number, wire, value in fields(buf, "ContainerDevices"):
+        if number == 1 and wire == LENGTH:
+            out["resource_name"] = text(value)
+        elif number == 2 and wire == LENGTH:
+            out["device_ids"].append(text(value))
+        elif number == 3 and wire == LENGTH:
+            for n_number, n_wire, node in fields(value, "TopologyInfo"):
+                if n_number == 1 and n_wire == LENGTH:
+                    numa = 0
+                    for i_number, i_wire, ident in fields(node, "NUMANode"):
+                        if i_number == 1 and i_wire == VARINT:
+                            numa = signed64(ident)
+                    out["numa_nodes"].append(numa)
+    return out
+
+
+def decode_claim_resource(buf):
+    out = {"driver": "", "pool": "", "device": "", "cdi_devices": []}
+    for number, wire, value in fields(buf, "ClaimResource"):
+        if wire != LENGTH:
+            continue
+        if number == 1:
+            out["cdi_devices"].extend(
+                text(v) for n, w, v in fields(value, "CDIDevice") if n == 1 and w == LENGTH
+            )
+        elif number == 2:
+            out["driver"] = text(value)
+        elif number == 3:
+            out["pool"] = text(value)
+        elif number == 4:
+            out["device"] = text(value)
+    return out
+
+
+def decode_dynamic_resource(buf):
+    out = {"claim_name": "", "claim_namespace": "", "devices": []}
+    for number, wire, value in fields(buf, "DynamicResource"):
+        if wire != LENGTH:
+            continue
+        if number == 2:
+            out["claim_name"] = text(value)
+        elif number == 3:
+            out["claim_namespace"] = text(value)
+        elif number == 4:
+            out["devices"].append(decode_claim_resource(value))
+    return out
+
+
+def merge_devices(entries):
+    """One entry per resource name, in the order they first come: the kubelet sends one
+    ContainerDevices per device and NUMA node (a device on two NUMA nodes comes twice)."""
+    merged = {}
+    for entry in entries:
+        into = merged.setdefault(
+            entry["resource_name"],
+            {"resource_name": entry["resource_name"], "device_ids": [], "numa_nodes": []},
+        )
+        into["device_ids"].extend(d for d in entry["device_ids"] if d not in into["device_ids"])
+        into["numa_nodes"] = sorted(set(into["numa_nodes"]) | set(entry["numa_nodes"]))
+    return list(merged.values())
+
+
+def decode_container(buf):
+    out = {"name": "", "devices": [], "dynamic_resources": []}
+    for number, wire, value in fields(buf, "ContainerResources"):
+        if wire != LENGTH:
+            continue
+        if number == 1:
+            out["name"] = text(value)
+        elif number == 2:
+            out["devices"].append(decode_devices(value))
+        elif number == 5:
+            out["dynamic_resources"].append(decode_dynamic_resource(value))
+    out["devices"] = merge_devices(out["devices"])
+    return out
+
+
+def decode_pod(buf):
+    out = {"namespace": "", "name": "", "containers": []}
+    for number, wire, value in fields(buf, "PodResources"):
+        if wire != LENGTH:
+            continue
+        if number == 1:
+            out["name"] = text(value)
+        elif number == 2:
+            out["namespace"] = text(value)
+        elif number == 3:
+            out["containers"].append(decode_container(value))
+    return out
+
+
+def decode_list_response(buf):
+    """The pods of a ``ListPodResourcesResponse`` message: [{namespace, name, containers}]."""
+    return [
+        decode_pod(value)
+        for number, wire, value in fields(buf, "ListPodResourcesResponse")
+        if number == 1 and wire == LENGTH
+    ]
+
+
+# ---- the answer ---------------------------------------------------------------------------------
+
+
+def holders(pods, prefixes=DEFAULT_PREFIXES):
+    """One entry per held device: each device id of a resource whose name starts with one of
+    ``prefixes``, and each device of a DRA claim (``resource_name`` null there). Every entry has the
+    same keys, null where they do not apply."""
+    out = []
+    for pod in pods:
+        for container in pod["containers"]:
+            base = {"namespace": pod["namespace"], "pod": pod["name"], "container": container["name"]}
+            for devices in container["devices"]:
+                if not any(devices["resource_name"].startswith(p) for p in prefixes):
+                    continue
+                for device_id in devices["device_ids"]:
+                    out.append(
+                        dict(
+                            base,
+                            resource_name=devices["resource_name"],
+                            device_id=device_id,
+                            claim_name=None,
+                            claim_namespace=None,
+                            driver=None,
+                            pool=None,
+                            device=None,
+                        )
+                    )
+            for claim in container["dynamic_resources"]:
+                for device in claim["devices"]:
+                    out.append(
+                        dict(
+                            base,
+                            resource_name=None,
+                            device_id=None,
+                            claim_name=claim["claim_name"],
+                            claim_namespace=claim["claim_namespace"],
+                            driver=device["driver"],
+                            pool=device["pool"],
+                            device=device["device"],
+                        )
+                    )
+    return out
+
+
+def check_prefixes(prefixes):
+    if isinstance(prefixes, str) or not isinstance(prefixes, (list, tuple)):
+        raise PodResourcesError("resource_prefixes: expected a list of strings")
+    bad = [p for p in prefixes if not isinstance(p, str) or not p]
+    if bad:
+        raise PodResourcesError(f"resource_prefixes: every entry must be a non-empty string, got {bad!r}")
+    return tuple(prefixes)
+
+
+def read_pod_resources(
+    socket_path=DEFAULT_SOCKET, timeout=DEFAULT_TIMEOUT, missing_ok=False, prefixes=DEFAULT_PREFIXES
+):
+    """``{available, socket, pods, holders}`` from the kubelet's pod-resources API at ``socket_path``.
+
+    With ``missing_ok``, a socket that does not exist gives ``available: false`` and no pods (a node
+    without a kubelet yet); every other failure is a PodResourcesError that says what to fix."""
+    prefixes = check_prefixes(prefixes)
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
+        raise PodResourcesError(f"timeout: expected a number of seconds above 0, got {timeout!r}")
+    try:
+        answer = grpc_unix.call(socket_path, LIST_METHOD, b"", timeout=float(timeout))
+    except grpc_unix.SocketMissingError as exc:
+        if missing_ok:
+            return {"available": False, "socket": socket_path, "pods": [], "holders": []}
+        raise PodResourcesError(
+            f"{socket_path} does not exist: no kubelet serves its pod-resources API here (is the kubelet "
+            "installed and running, with --root-dir /var/lib/kubelet?); set missing_ok to read such a node as "
+            "holding nothing"
+        ) from exc
+    except grpc_unix.GrpcStatusError as exc:
+        hint = ""
+        if exc.code == 12:
+            hint = " (a kubelet before 1.20 serves only v1alpha1 of this API; upgrade the kubelet)"
+        elif exc.code in (7, 16):
+            hint = " (run the task as root: become: true)"
+        raise PodResourcesError(f"{exc}{hint}") from None
+    except grpc_unix.GrpcCallError as exc:
+        raise PodResourcesError(exc.errors) from None
+    try:
+        pods = decode_list_response(answer)
+    except PodResourcesError as exc:
+        raise exc.prefixed(f"{socket_path}: the List answer does not decode: ") from None
+    return {"available": True, "socket": socket_path, "pods": pods, "holders": holders(pods, prefixes)}
