@@ -67,6 +67,17 @@ CAPABILITIES = (
         ("module_utils/_split/verify.py", "modules/fleet_verify.py"),
     ),
     (
+        "Who holds each GPU",
+        "The module `gpu_pod_resources`: the kubelet's pod-resources API over its unix socket (gRPC, "
+        "HTTP/2, HPACK and the protobuf messages, standard library only).",
+        (
+            "module_utils/_host/pod_resources.py",
+            "module_utils/_host/grpc_unix.py",
+            "module_utils/_host/hpack.py",
+            "modules/gpu_pod_resources.py",
+        ),
+    ),
+    (
         "Changing the split of a busy fleet",
         "The re-split (role `gpu_resplit`, `playbooks/resplit.yml`): the policy for pods that hold a GPU "
         "leaving the Kubernetes share, host processes on GPUs going to Kubernetes, the batch size.",

@@ -48,6 +48,7 @@ TEST_PATHS = (
     "tests/unit/plugins/module_utils/test_errors.py",
     "tests/unit/plugins/modules/test_control_plane_health.py",
     "tests/unit/plugins/modules/test_feature_gate_preflight.py",
+    "tests/unit/plugins/modules/test_gpu_pod_resources.py",
 )
 COMPILE_PATHS = ("plugins/module_utils", "plugins/modules")
 
