@@ -264,7 +264,9 @@ def claim_holders(node_plan, claims, pods_by_name, driver=DRIVER):
 
 
 def _gpu_processes(facts, uuid):
-    for gpu in (facts or {}).get("gpus") or []:
+    """The processes on GPU ``uuid`` in a host's GPU facts (nvidia_gpus: the list of GPUs)."""
+    gpus = facts.get("gpus") if isinstance(facts, dict) else facts
+    for gpu in gpus or []:
         if normalize_uuid(gpu.get("uuid") or "") == normalize_uuid(uuid or ""):
             return gpu.get("processes") or []
     return []

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -23,6 +24,28 @@ def ansible_playbook(
         env=env,
         timeout=timeout,
     )
+
+
+def ansible_module(host: str, module: str, args: str, inventory, timeout: int = 300) -> dict:
+    """One module on one inventory host, ad hoc as a user runs it; its result (JSON callback)."""
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+    }
+    proc = subprocess.run(
+        ["ansible", "-i", str(inventory), host, "-m", module, "-a", args],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][host]
 
 
 def recap(output: str) -> dict[str, dict[str, int]]:

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
+from ansible_output import ansible_module
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import pod_resources as pr
 from lab import deviceplugin as dp
@@ -95,33 +95,12 @@ def gpu_pod(name: str, ns: str, gpus: int) -> dict:
 
 def module_on_node(host: str = NODE) -> dict:
     """gpu_pod_resources run by Ansible (ad hoc) on the lab host, on the socket under its gpusplit_host_root."""
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_NOCOLOR": "1",
-        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-    }
-    proc = subprocess.run(
-        [
-            "ansible",
-            "-i",
-            str(INVENTORY),
-            host,
-            "-m",
-            "gpusplit.k8s.gpu_pod_resources",
-            "-a",
-            "socket={{ gpusplit_host_root }}/var/lib/kubelet/pod-resources/kubelet.sock timeout=20",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-        check=False,
+    return ansible_module(
+        host,
+        "gpusplit.k8s.gpu_pod_resources",
+        "socket={{ gpusplit_host_root }}/var/lib/kubelet/pod-resources/kubelet.sock timeout=20",
+        INVENTORY,
     )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][host]
 
 
 def ours(result: dict, ns: str) -> dict[str, list[str]]:

@@ -9,14 +9,13 @@ gets a GPU; the node is re-planned so that exactly that GPU goes to the host.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
-from ansible_output import ansible_playbook
+from ansible_output import ansible_module, ansible_playbook
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
@@ -38,28 +37,12 @@ def run(playbook, inventory=INVENTORY, *extra, ok=True):
 
 def pod_resources(host: str) -> dict:
     """The kubelet's List answer on ``host``, through the module as a user runs it (ad hoc)."""
-    sock = ROOT / ".lab" / "hosts" / host / "var" / "lib" / "kubelet" / "pod-resources" / "kubelet.sock"
-    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    proc = subprocess.run(
-        [
-            "ansible",
-            "-i",
-            str(INVENTORY),
-            host,
-            "-o",
-            "-m",
-            "gpusplit.k8s.gpu_pod_resources",
-            "-a",
-            f"socket={sock}",
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=120,
+    return ansible_module(
+        host,
+        "gpusplit.k8s.gpu_pod_resources",
+        "socket={{ gpusplit_host_root }}/var/lib/kubelet/pod-resources/kubelet.sock",
+        INVENTORY,
     )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    return json.loads(proc.stdout.split("=>", 1)[1])
 
 
 def dgx_facts() -> dict:
@@ -116,22 +99,37 @@ def held_by(host: str, ns: str) -> dict[str, str]:
     }
 
 
+def fixture_processes(gpu_uuid: str) -> list:
+    """The processes the dgx-h100 fixture reports on a GPU (static: GPUs 4 and 5 have container ones)."""
+    return next(g.get("processes") or [] for g in dgx_facts()["gpus"] if g["uuid"] == gpu_uuid)
+
+
 @pytest.fixture(scope="module")
 def busy_node(lab, kubectl):
     """lab-dgx-01 split as the inventory says (GPUs 2-7 to Kubernetes), with two GPU pods running."""
+    for old in kubectl.json("get", "namespaces")["items"]:  # an interrupted earlier run's pods
+        if old["metadata"]["name"].startswith("resplit-"):
+            kubectl("delete", "namespace", old["metadata"]["name"], "--wait=true", check=False)
     run("site.yml", INVENTORY, *LIMIT)
     ns = f"resplit-{uuid.uuid4().hex[:6]}"
     kubectl.namespace(ns)
-    for name in ("train-0", "infer-0"):
-        kubectl("apply", "-f", "-", stdin=json.dumps(gpu_pod(ns, name)))
-    held = kubectl.wait_for(
-        lambda: (lambda h: h if len(h) == 2 else None)(held_by(NODE, ns)),
-        timeout=90,
-        what="two pods holding GPUs",
-    )
-    yield ns, held
-    kubectl("delete", "namespace", ns, "--wait=false")
-    run("site.yml", INVENTORY, *LIMIT, "-e", "gpusplit_resplit_policy=evict")
+    try:
+        for name in ("train-0", "infer-0"):
+            kubectl("apply", "-f", "-", stdin=json.dumps(gpu_pod(ns, name)))
+        held = kubectl.wait_for(
+            lambda: (lambda h: h if len(h) == 2 else None)(held_by(NODE, ns)),
+            timeout=90,
+            what="two pods holding GPUs",
+        )
+        # the fixture's GPUs 4 and 5 run container processes of their own, which verify would (rightly)
+        # report once those GPUs are the host's: the first free GPUs (2 and 3) must be the pods'
+        assert not any(fixture_processes(u) for u in held.values()), (
+            f"the pods got {held}: another GPU pod holds GPUs 2 or 3 of {NODE}"
+        )
+        yield ns, held
+    finally:
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        run("site.yml", INVENTORY, *LIMIT, "-e", "gpusplit_resplit_policy=evict")
 
 
 def test_the_kubelet_answer_names_distinct_gpus_of_the_kubernetes_share(busy_node):

@@ -137,7 +137,7 @@ def test_a_host_process_on_a_gpu_going_to_kubernetes_is_refused_unless_ignored()
     ]
     old, new = plan_of({"host_count": 2}, gpus=gpus), plan_of({"host_count": 1}, gpus=gpus)
     diff = resplit.resplit_diff(
-        new, {}, live_ds(old), facts={"node-a": {"gpus": gpus}}, services={"node-a": ["trainer.service"]}
+        new, {}, live_ds(old), facts={"node-a": gpus}, services={"node-a": ["trainer.service"]}
     )
     [node] = diff["nodes"]
     assert [m["index"] for m in node["to_kubernetes"]] == [1]
