@@ -79,3 +79,9 @@ def type_name(value):
     if isinstance(value, (list, tuple, set, frozenset)) or hasattr(value, "__iter__"):
         return "list"
     return type(value).__name__.lstrip("_")
+
+
+def a_type_name(value):
+    """:func:`type_name` with its article, for the middle of a sentence: ``a string``, ``an integer``."""
+    name = type_name(value)
+    return ("an " if name[:1] in "aeiou" else "a ") + name

@@ -166,16 +166,14 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates 
     CatalogError,
     supported_minor,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.module_io import (
-    read_file,
-    run_module,
-)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.module_io import run_module
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.rancher import (
     rancher_component_flags,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.static_pod import parse_static_pod
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.yaml_text import load_map
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import read_text
 
 
 def _manifests_flags(module: AnsibleModule, directory: str) -> dict:
@@ -198,7 +196,7 @@ def _manifests_flags(module: AnsibleModule, directory: str) -> dict:
             missing.append(f"{component}.yaml")
             continue
         try:
-            pod = parse_static_pod(read_file(path))
+            pod = parse_static_pod(read_text(path))
         except FlagEditError as exc:
             raise exc.prefixed(f"{path}: ") from None
         flags[component] = {"feature_gates": pod["feature_gates"], "runtime_config": pod["runtime_config"]}
@@ -229,7 +227,7 @@ def _rancher_flags(module: AnsibleModule, paths: list) -> dict:
             "flags given on the server's command line (its systemd unit) are not seen here"
         )
         return {}
-    return rancher_component_flags([read_file(path) for path in found], found)
+    return rancher_component_flags([read_text(path) for path in found], found)
 
 
 def _kubelet_flags(path: str) -> dict:
@@ -239,11 +237,11 @@ def _kubelet_flags(path: str) -> dict:
             f"kubelet_config {path or '(empty)'} is not a file; give the kubelet's KubeletConfiguration "
             "(its --config, /var/lib/kubelet/config.yaml with kubeadm) or leave the option out"
         )
-    kubelet = load_map(read_file(path), path, of="KubeletConfiguration fields")
+    kubelet = load_map(read_text(path), path, of="KubeletConfiguration fields")
     gates = kubelet.get("featureGates") or {}
     if not isinstance(gates, dict):
         raise FlagEditError(
-            f"{path}: featureGates: expected a mapping of gate name to boolean, got {type(gates).__name__}"
+            f"{path}: featureGates: expected a mapping of gate name to boolean, got {type_name(gates)}"
         )
     return {"kubelet": {"feature_gates": dict(gates), "runtime_config": {}}} if gates else {}
 
@@ -263,7 +261,7 @@ def gather_current_flags(module: AnsibleModule) -> dict:
         if not isinstance(given, dict):
             raise FlagEditError(
                 f"{field}: expected a mapping with feature_gates and/or runtime_config, "
-                f"got {type(given).__name__}"
+                f"got {type_name(given)}"
             )
         entry = flags.setdefault(component, {"feature_gates": {}, "runtime_config": {}})
         for key, parse in (("feature_gates", parse_feature_gates), ("runtime_config", parse_runtime_config)):

@@ -145,13 +145,12 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.kubead
     merge_cluster_config_flags,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.module_io import (
-    read_file,
     run_module,
     warn_unchecked,
     writing,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import write_atomic
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import read_text, write_atomic
 
 
 def _merge(p: dict, text: str):
@@ -185,7 +184,7 @@ def run(module: AnsibleModule) -> dict:
             "kube-system/kubeadm-config ConfigMap) or a kubeadm config file in path"
         )
     with fail_on_refusal(module):
-        text = read_file(path) if path else p["content"]
+        text = read_text(path) if path else p["content"]
         try:
             new_text, sections, config = _merge(p, text)
         except FlagEditError as exc:

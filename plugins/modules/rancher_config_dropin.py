@@ -175,7 +175,6 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gate_p
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.module_io import (
     backing_up,
     make_dirs,
-    read_file,
     remove_file,
     run_module,
     warn_unchecked,
@@ -193,6 +192,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     backup_copy,
     file_diff,
     is_inside,
+    read_text,
     write_atomic,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import version_from_version_output
@@ -205,13 +205,13 @@ def config_files(config_dir: str) -> list[tuple[str, str]]:
     files = []
     main = os.path.join(config_dir, "config.yaml")
     if os.path.isfile(main):
-        files.append(("config.yaml", read_file(main)))
+        files.append(("config.yaml", read_text(main)))
     dropins = os.path.join(config_dir, "config.yaml.d")
     if os.path.isdir(dropins):
         for entry in sorted(os.listdir(dropins)):
             full = os.path.join(dropins, entry)
             if entry.lower().endswith(_SUFFIXES) and os.path.isfile(full):
-                files.append((f"config.yaml.d/{entry}", read_file(full)))
+                files.append((f"config.yaml.d/{entry}", read_text(full)))
     return rancher_read_order(files)
 
 
@@ -290,7 +290,7 @@ def run(module: AnsibleModule) -> dict:
         )
 
     with fail_on_refusal(module):
-        before_text = read_file(path) if existed else ""
+        before_text = read_text(path) if existed else ""
         try:
             previous = _flags_of(before_text, path) if existed else {}
         except FlagEditError as exc:
@@ -312,7 +312,7 @@ def run(module: AnsibleModule) -> dict:
             )
         result["restored_from"] = source
         with fail_on_refusal(module, **result):
-            after_text = read_file(source, f"restore_from {source}")
+            after_text = read_text(source, f"restore_from {source}")
             result["flags"] = _flags_of(after_text, f"restore_from {source}")
     else:
         with fail_on_refusal(module, **result):

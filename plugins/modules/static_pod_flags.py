@@ -201,7 +201,6 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gate_p
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.module_io import (
     backing_up,
-    read_file,
     run_module,
     warn_unchecked,
     writing,
@@ -215,6 +214,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     backup_copy,
     file_diff,
     is_inside,
+    read_text,
     write_atomic,
 )
 
@@ -251,7 +251,7 @@ def restore(module: AnsibleModule) -> dict:
             "as a static pod of its own; a backup belongs outside it (backup_dir)"
         )
     with fail_on_refusal(module):
-        text = read_file(source, f"restore_from {source}")
+        text = read_text(source, f"restore_from {source}")
         try:
             wanted = parse_static_pod(text, p["container"])
         except FlagEditError as exc:
@@ -259,7 +259,7 @@ def restore(module: AnsibleModule) -> dict:
                 f"restore_from {source} is no static-pod manifest (", "); nothing was changed"
             ) from None
         exists = os.path.isfile(path)
-        before_text = read_file(path) if exists else ""
+        before_text = read_text(path) if exists else ""
     if exists:
         try:
             current = parse_static_pod(before_text, p["container"])["component"]
@@ -305,7 +305,7 @@ def run(module: AnsibleModule) -> dict:
     if not os.path.isfile(path):
         module.fail_json(msg=f"manifest {path} does not exist")
     with fail_on_refusal(module):
-        before_text = read_file(path)
+        before_text = read_text(path)
         try:
             edit = edit_static_pod_manifest(
                 before_text,

@@ -132,7 +132,7 @@ def _why(name, signature, args, kwargs, exc):
     )
     return [
         f"cannot read its arguments as given ({given}); see ansible-doc -t filter gpusplit.k8s.{name} for "
-        f"the shape of each (a bug in the filter too: {type(exc).__name__} at {_where(exc)})"
+        f"the shape of each (a bug in the filter too: {type_name(exc)} at {_where(exc)})"
     ]
 
 

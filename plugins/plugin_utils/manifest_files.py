@@ -18,6 +18,7 @@ import os
 import yaml
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import read_text
 
 
 class ManifestError(GpusplitError):
@@ -53,17 +54,9 @@ def _yaml_problem(exc):
 def _read_file(path, problems):
     """The documents of one YAML file, or None after a problem."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read()
-    except OSError as exc:
-        problems.append(f"{path}: cannot be read: {exc.strerror or exc}")
-        return None
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        problems.append(
-            f"{path}: not UTF-8 text (byte {exc.start}: {data[exc.start : exc.start + 1]!r}); save it as UTF-8"
-        )
+        text = read_text(path)
+    except GpusplitError as exc:
+        problems.extend(exc.errors)
         return None
     try:
         return list(yaml.safe_load_all(text))

@@ -24,7 +24,11 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
+    GpusplitError,
+    a_type_name,
+    type_name,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     LABEL_MANAGED_BY,
     MANAGED_BY,
@@ -141,9 +145,13 @@ def resolve_job(spec: dict) -> dict:
         not isinstance(workload, dict) or not workload.get("name") or not workload.get("template")
     ):
         errors.append("workload must be {name, template}: the Workload and its PodGroup template")
-    for key, kind in (("node_selector", dict), ("labels", dict), ("tolerations", list)):
+    for key, kind, words in (
+        ("node_selector", dict, "a mapping"),
+        ("labels", dict, "a mapping"),
+        ("tolerations", list, "a list"),
+    ):
         if not isinstance(job[key], kind):
-            errors.append(f"{key} must be a {kind.__name__}")
+            errors.append(f"{key} must be {words}, not {a_type_name(job[key])}")
     if job["command"] is not None and not isinstance(job["command"], list):
         errors.append("command must be a list")
     if errors:

@@ -28,7 +28,8 @@ Each finding names the object, the container, the rule and the fix. The rules:
 
 The admission guard (templates/validatingadmissionpolicy.yaml.j2 and
 templates/validatingadmissionpolicybinding.yaml.j2) enforces the env rule for
-``NVIDIA_VISIBLE_DEVICES`` in the cluster itself; ``guard_objects`` renders it.
+``NVIDIA_VISIBLE_DEVICES`` in the cluster itself, and refuses volumes mounted where the container
+toolkit reads a device list (``/var/run/nvidia-container-devices``); ``guard_objects`` renders it.
 """
 
 from __future__ import annotations
@@ -524,6 +525,16 @@ _LABEL_KEY = re.compile(
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
 )
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+# With accept-nvidia-visible-devices-as-volume-mounts = true the NVIDIA Container Toolkit takes a
+# container's GPUs from its /dev/null mounts under this directory (DeviceListAsVolumeMountsRoot,
+# internal/config/image/cuda_image.go requestsFromMounts): the mount point's path, cleaned, must
+# start with this string, and what follows it (slashes trimmed) is the device ("all", a UUID, an
+# index). No separator is required, so .../nvidia-container-devicesall asks for every GPU too.
+DEVICE_LIST_MOUNT_ROOT = "/var/run/nvidia-container-devices"
+# Every path that cleans to one starting with the root has a component starting with its last
+# name (cleaning drops ".", ".." and empty components, it makes no new ones): the guard refuses
+# those (RE2, as CEL's matches() reads it).
+DEVICE_LIST_MOUNT_PATTERN = "(^|/)" + DEVICE_LIST_MOUNT_ROOT.rsplit("/", 1)[1]
 
 GUARD_DEFAULTS = {
     "name": "gpusplit-visible-devices",
@@ -577,7 +588,12 @@ def guard_settings(settings=None):
 
 
 def guard_objects(settings=None):
-    """[ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding] for cluster_apply."""
+    """[ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding] for cluster_apply.
+
+    The policy rejects, outside the allowed namespaces, a container that sets one of
+    ``forbidden_env`` and one that mounts a volume where the toolkit reads its device list
+    (DEVICE_LIST_MOUNT_PATTERN): both choose GPUs past the device plugin.
+    """
     s = guard_settings(settings)
     labels = {
         LABEL_MANAGED_BY: MANAGED_BY,
@@ -588,6 +604,8 @@ def guard_objects(settings=None):
         "name": s["name"],
         "labels": labels,
         "forbidden_env": s["forbidden_env"],
+        "device_mount_root": DEVICE_LIST_MOUNT_ROOT,
+        "device_mount_pattern": DEVICE_LIST_MOUNT_PATTERN,
         "allowed_namespaces": s["allowed_namespaces"],
         "allow_label": s["allow_label"] or "",
         "match_labels": s["match_labels"],

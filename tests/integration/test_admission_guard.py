@@ -278,6 +278,89 @@ def test_guard_rejects_visible_devices_and_admits_the_rest(guard, kubectl, tmp_p
     assert not policy["status"].get("typeChecking", {}).get("expressionWarnings")
 
 
+def mount_pod(name, ns, path, *, volume=None, list_name="containers"):
+    """A pod whose one container mounts ``volume`` (a hostPath of /dev/null by default) at ``path``."""
+    volume = volume or {"hostPath": {"path": "/dev/null", "type": "CharDevice"}}
+    mounting = {
+        "name": "side",
+        "image": "registry.k8s.io/pause:3.10",
+        "volumeMounts": [{"name": "gpu", "mountPath": path}],
+    }
+    spec = {
+        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10"}],
+        "volumes": [{"name": "gpu", **volume}],
+        "terminationGracePeriodSeconds": 0,
+        "nodeSelector": {"gpusplit.io/guard-test": "nowhere"},
+    }
+    spec.setdefault(list_name, []).append(mounting)
+    return json.dumps(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": ns}, "spec": spec}
+    )
+
+
+def test_guard_rejects_device_list_mounts_and_admits_other_mounts(guard, kubectl):
+    """Threat model, enforced: with accept-nvidia-visible-devices-as-volume-mounts the container
+    toolkit reads a /dev/null mount under /var/run/nvidia-container-devices as a GPU request (what the
+    split plugin's volume-mounts strategy hands out), so a tenant pod that mounts a volume there
+    itself is rejected, in any container list; the allowed namespaces (the split plugins') may."""
+    deny, allow, ok, name = guard["deny"], guard["allow"], guard["ok"], guard["name"]
+    proc = playbook(guard["extra"])
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    facts = json.loads((ROOT / "tests" / "fixtures" / "gpus" / "dgx-h100.json").read_text())["gpus"]
+    host_gpu = plan_node("gsguard-mount", facts, "device_plugin", {"host_count": 2})["host_uuids"][0]
+    root = "/var/run/nvidia-container-devices"
+    bad = mount_pod("host-gpu", deny, f"{root}/{host_gpu}")
+    kubectl.wait_for(
+        lambda: create(kubectl, bad, "--dry-run=server").returncode != 0,
+        timeout=90,
+        interval=1,
+        what="the guard to reject a device-list mount",
+    )
+    err = denied(create(kubectl, bad), name)
+    assert (
+        f"container side mounts volume gpu at {root}/{host_gpu} of pod {deny}/host-gpu: the NVIDIA "
+        f"Container Toolkit reads a volume mounted under {root} as a request for the GPU its path names"
+    ) in err, err
+    assert "mount the volume elsewhere" in err and "request nvidia.com/gpu instead" in err
+
+    empty_dir = {"emptyDir": {}}
+    for pod_name, path, volume, list_name in (
+        ("all-init", f"{root}/all", empty_dir, "initContainers"),
+        ("no-separator", f"{root}all", None, "containers"),  # the toolkit reads this as "all" too
+        ("unclean", f"/var/run/./nvidia-container-devices//{host_gpu}", None, "containers"),
+    ):
+        err = denied(
+            create(kubectl, mount_pod(pod_name, deny, path, volume=volume, list_name=list_name)), name
+        )
+        kind = list_name[:-1]
+        assert f"{kind} side mounts volume gpu at {path} of pod {deny}/{pod_name}: " in err, err
+
+    # kubectl debug: an ephemeral container with such a mount is rejected, one without is admitted
+    assert create(kubectl, mount_pod("elsewhere", deny, "/data")).returncode == 0
+    debug = {
+        "spec": {
+            "ephemeralContainers": [
+                {"name": "dbg", "image": "x", "volumeMounts": [{"name": "gpu", "mountPath": f"{root}/0"}]}
+            ]
+        }
+    }
+
+    def add_debug():
+        return kc(
+            kubectl, "-n", deny, "patch", "pod", "elsewhere", "--subresource=ephemeralcontainers",
+            "--type=strategic", "-p", json.dumps(debug), check=False,
+        )  # fmt: skip
+
+    err = denied(add_debug(), name)
+    assert f"ephemeralContainer dbg mounts volume gpu at {root}/0 of pod {deny}/elsewhere" in err, err
+    debug["spec"]["ephemeralContainers"][0]["volumeMounts"][0]["mountPath"] = "/data"
+    assert add_debug().returncode == 0
+
+    # the allowed namespaces, by name or by label, may mount there (the split plugins' own pods)
+    for ns in (ok, allow):
+        assert create(kubectl, bad.replace(deny, ns), "--dry-run=server").returncode == 0
+
+
 # --------------------------------------------------------------------------------------------
 # DRA claims, privileged pods, the report
 

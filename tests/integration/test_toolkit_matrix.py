@@ -37,6 +37,7 @@ import pytest
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toolkit_config as tc
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_node
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator, render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_lint as wl
 from lab.components import versions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -264,6 +265,22 @@ def case_specs():
             alloc_env + ["NVIDIA_VISIBLE_DEVICES=all"], mounts=alloc_mounts
         ),
         "hostpath-dev-null": container_spec(mounts=[bind("/dev/null", f"{DEVICE_LIST_ROOT}/{HOST[0]}")]),
+        # what the admission guard refuses beyond the plain path (the toolkit cleans the mount point
+        # and needs no separator after the root), and a mount the toolkit ignores (not /dev/null)
+        "hostpath-dev-null-unclean": container_spec(
+            mounts=[bind("/dev/null", f"/var/run/./nvidia-container-devices//{HOST[0]}")]
+        ),
+        "hostpath-dev-null-no-separator": container_spec(
+            mounts=[bind("/dev/null", f"{DEVICE_LIST_ROOT}all")]
+        ),
+        "emptydir-device-mount": container_spec(
+            mounts=[
+                bind(
+                    "/var/lib/kubelet/pods/0d3c/volumes/kubernetes.io~empty-dir/gpu",
+                    f"{DEVICE_LIST_ROOT}/all",
+                )
+            ]
+        ),
         "privileged": container_spec(["NVIDIA_VISIBLE_DEVICES=all"], {"privileged": True}),
         "sys-admin": container_spec(["NVIDIA_VISIBLE_DEVICES=all"], {"capabilities": {"add": ["SYS_ADMIN"]}}),
         "cdi-annotation": container_spec(annotations={cdi_key: f"nvidia.com/gpu={HOST[0]}"}),
@@ -467,6 +484,9 @@ HOOK_EXPECTED = {
     "allocated-pod": (f"fails: device error: {DEVICE_LIST_ROOT}: unknown device", "GPU 4"),
     "allocated-pod-env-all": ("GPUs 0,1,2,3,4,5,6,7", "GPU 4"),
     "hostpath-dev-null": ("no GPU (hook does nothing)", "GPU 0"),
+    "hostpath-dev-null-unclean": ("no GPU (hook does nothing)", "GPU 0"),
+    "hostpath-dev-null-no-separator": ("no GPU (hook does nothing)", "GPUs 0,1,2,3,4,5,6,7"),
+    "emptydir-device-mount": ("no GPU (hook does nothing)", "no GPU (hook does nothing)"),
     "privileged": ("GPUs 0,1,2,3,4,5,6,7", "GPUs 0,1,2,3,4,5,6,7"),
     "sys-admin": ("GPUs 0,1,2,3,4,5,6,7", "GPUs 0,1,2,3,4,5,6,7"),
     "cdi-annotation": ("no GPU (hook does nothing)", "no GPU (hook does nothing)"),
@@ -546,6 +566,25 @@ def test_runtime_cdi_mode_before_and_after_hardening(outcomes, case):
 @pytest.mark.parametrize("case", list(AUTO_EXPECTED))
 def test_runtime_auto_mode_is_jit_cdi_and_the_hardening_gates_its_requests(outcomes, case):
     assert outcomes[("auto", case)] == AUTO_EXPECTED[case]
+
+
+def test_the_admission_guard_refuses_every_mount_point_the_hardened_toolkit_reads(outcomes):
+    """The guard (plugins/plugin_utils/workload_lint.py, DEVICE_LIST_MOUNT_PATTERN) matches each
+    mount point through which a pod got a GPU here, and it is built from the toolkit's own root."""
+    assert wl.DEVICE_LIST_MOUNT_ROOT == DEVICE_LIST_ROOT
+    specs = case_specs()
+    granted = [
+        case
+        for case, (_, hardened) in HOOK_EXPECTED.items()
+        if outcomes[("hook", case)][1] == hardened and hardened.startswith("GPU")
+    ]
+    assert {"hostpath-dev-null", "hostpath-dev-null-unclean", "hostpath-dev-null-no-separator"} <= set(
+        granted
+    )
+    for case in granted:  # the toolkit reads only mounts of /dev/null
+        device_lists = [m["destination"] for m in specs[case]["mounts"] if m["source"] == "/dev/null"]
+        assert all(re.search(wl.DEVICE_LIST_MOUNT_PATTERN, d) for d in device_lists), (case, device_lists)
+    assert not any(re.search(wl.DEVICE_LIST_MOUNT_PATTERN, m["destination"]) for m in DEFAULT_MOUNTS)
 
 
 def test_the_split_plugin_sees_exactly_its_share_and_the_cli_gets_it_as_uuids(generated_default, tmp_path):

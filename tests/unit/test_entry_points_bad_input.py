@@ -199,3 +199,26 @@ def test_every_module_refuses_malformed_arguments_by_name(name, option, tmp_path
         if result.get("failed") and not ansible_spec_message(option, msg):
             assert not python_text(msg), (name, option, value, msg)
             assert msg.strip(), (name, option, value)
+
+
+def test_no_message_spells_a_python_class_name():
+    """A value's type reaches a message as type_name(value) (_errors.py), never as
+    ``type(value).__name__``: a value from a play is an _AnsibleTagged* class."""
+    import ast
+    from pathlib import Path
+
+    plugins = Path(__file__).resolve().parents[2] / "plugins"
+    found = []
+    for path in sorted(plugins.rglob("*.py")):
+        if path.name == "_errors.py":  # where type_name itself reads the class
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if (
+                isinstance(node, ast.Attribute)
+                and node.attr == "__name__"
+                and isinstance(node.value, ast.Call)
+                and isinstance(node.value.func, ast.Name)
+                and node.value.func.id == "type"
+            ):
+                found.append(f"{path.relative_to(plugins)}:{node.lineno}")
+    assert not found, f"use type_name (or a_type_name) from plugins/module_utils/_errors.py: {found}"

@@ -50,8 +50,9 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.compon
     CONTROLLER_MANAGER,
     SCHEDULER,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.yaml_text import load_map, read_utf8
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.yaml_text import load_map
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import read_text
 
 FEATURE_METRIC = "kubernetes_feature_enabled"
 START_TIME_METRIC = "process_start_time_seconds"
@@ -97,7 +98,7 @@ def resolve_endpoints(components, overrides: dict | None = None) -> dict[str, di
     overrides = overrides or {}
     if not isinstance(overrides, dict):
         raise HealthError(
-            f"endpoints: expected a mapping of component to endpoint, got {type(overrides).__name__}"
+            f"endpoints: expected a mapping of component to endpoint, got {type_name(overrides)}"
         )
     resolved = {}
     for component in components:
@@ -106,7 +107,7 @@ def resolve_endpoints(components, overrides: dict | None = None) -> dict[str, di
         if not isinstance(extra, dict):
             raise HealthError(
                 f"endpoints.{component}: expected a mapping with keys {', '.join(ENDPOINT_KEYS)}, "
-                f"got {type(extra).__name__}"
+                f"got {type_name(extra)}"
             )
         unknown = sorted(set(extra) - set(ENDPOINT_KEYS))
         if unknown:
@@ -130,10 +131,10 @@ def _endpoint_problem(field, key, value):
         return None
     if key == "validate_certs":
         if not isinstance(value, bool):
-            return f"{field}: expected true or false, got {type(value).__name__} {value!r}"
+            return f"{field}: expected true or false, got {type_name(value)} {value!r}"
         return None
     if not isinstance(value, str):
-        return f"{field}: expected a string, got {type(value).__name__} {value!r}"
+        return f"{field}: expected a string, got {type_name(value)} {value!r}"
     if key.endswith("_url"):
         parts = urllib.parse.urlsplit(value)
         if parts.scheme not in ("http", "https") or not parts.netloc:
@@ -404,7 +405,7 @@ def load_kubeconfig(path: str, context: str | None = None) -> dict:
     kubeconfig's directory, as kubectl does.  Exec and auth-provider plugins are not run: probes need
     a client certificate or a token.
     """
-    text = read_utf8(path, f"kubeconfig {path}", error=HealthError)
+    text = read_text(path, f"kubeconfig {path}", error=HealthError)
     doc = load_map(text, f"kubeconfig {path}", of="kubeconfig fields", error=HealthError)
     base = os.path.dirname(os.path.abspath(path))
     for section, inner in (("clusters", "cluster"), ("contexts", "context"), ("users", "user")):
@@ -445,7 +446,7 @@ def load_kubeconfig(path: str, context: str | None = None) -> dict:
 
     def read_file(key, name):
         name = name if os.path.isabs(name) else os.path.join(base, name)
-        return read_utf8(name, f"{key} {name} (named in kubeconfig {path})", error=HealthError)
+        return read_text(name, f"{key} {name} (named in kubeconfig {path})", error=HealthError)
 
     def read(data_key, file_key, obj):
         if obj.get(data_key):
@@ -579,7 +580,7 @@ def https_get(
     except ssl.SSLCertVerificationError as exc:
         result["error"] = f"TLS verification failed: {exc.verify_message or exc}"
     except (OSError, http.client.HTTPException, ssl.SSLError) as exc:
-        result["error"] = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+        result["error"] = f"{type_name(exc)}: {exc}" if str(exc) else type_name(exc)
     return result
 
 

@@ -6,9 +6,10 @@ Every control-plane module (static_pod_flags, kubeadm_config_flags, rancher_conf
 feature_gate_preflight, control_plane_health) runs through :func:`run_module`: PyYAML present (else
 ``missing_required_lib`` with the install hint), every :class:`GpusplitError` a ``fail_json``
 naming its file or field.  The file helpers here turn what the operating system says about a
-control-plane file (not UTF-8, a directory that does not take the temporary file, a backup
-directory that cannot be written) into such a refusal, naming the file and what to do, so that
-an ``OSError`` or a codec error never reaches the user as Python's own text.
+control-plane file (a directory that does not take the temporary file, a backup directory that
+cannot be written) into such a refusal, naming the file and what to do, so that an ``OSError``
+never reaches the user as Python's own text. Files are read with ``_host/files.read_text``, the
+collection's one reader (no regular file, unreadable, not UTF-8: refused by name).
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from ansible.module_utils.basic import missing_required_lib
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.yaml_text import (
     YAML_IMPORT_ERROR,
     YAML_INSTALL_HINT,
-    read_utf8,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import os_reason
 
 
 def run_module(module, run) -> None:
@@ -37,17 +38,6 @@ def run_module(module, run) -> None:
     module.exit_json(**result)
 
 
-def read_file(path: str, name: str | None = None) -> str:
-    """The text of a control-plane file; refused when it is no regular file, unreadable or not UTF-8."""
-    if not os.path.isfile(path):
-        raise GpusplitError(f"{name or path} is not a regular file")
-    return read_utf8(path, name)
-
-
-def _os_reason(exc: OSError) -> str:
-    return exc.strerror or type(exc).__name__
-
-
 @contextlib.contextmanager
 def writing(path: str):
     """Around ``_host/files.write_atomic`` of ``path``: an OS refusal names the file, the step and the fix."""
@@ -58,10 +48,10 @@ def writing(path: str):
         if exc.filename and os.path.basename(str(exc.filename)).startswith("."):
             step = (
                 f"the temporary file .{os.path.basename(real)}.gpusplit-* cannot be created in "
-                f"{os.path.dirname(real)} ({_os_reason(exc)})"
+                f"{os.path.dirname(real)} ({os_reason(exc)})"
             )
         else:
-            step = f"writing failed ({_os_reason(exc)})"
+            step = f"writing failed ({os_reason(exc)})"
         raise GpusplitError(
             f"cannot write {path}: {step}; the directory must be writable by the user the module runs as "
             "(become: true) and on a writable, not full file system. The file was not changed"
@@ -75,7 +65,7 @@ def backing_up(path: str, backup_dir: str):
         yield
     except OSError as exc:
         raise GpusplitError(
-            f"cannot copy {path} into backup_dir {backup_dir} ({_os_reason(exc)}); give a backup_dir that "
+            f"cannot copy {path} into backup_dir {backup_dir} ({os_reason(exc)}); give a backup_dir that "
             "the user the module runs as can create and write. Nothing was changed"
         ) from None
 
@@ -88,7 +78,7 @@ def remove_file(path: str) -> None:
         return
     except OSError as exc:
         raise GpusplitError(
-            f"cannot remove {path} ({_os_reason(exc)}); its directory must be writable by the user the "
+            f"cannot remove {path} ({os_reason(exc)}); its directory must be writable by the user the "
             "module runs as (become: true)"
         ) from None
 
@@ -99,7 +89,7 @@ def make_dirs(directory: str, mode: int = 0o755) -> None:
         os.makedirs(directory, mode=mode, exist_ok=True)
     except OSError as exc:
         raise GpusplitError(
-            f"cannot create the directory {directory} ({_os_reason(exc)}); its parent must be writable by the "
+            f"cannot create the directory {directory} ({os_reason(exc)}); its parent must be writable by the "
             "user the module runs as (become: true). Nothing was changed"
         ) from None
 

@@ -20,7 +20,7 @@ import re
 import traceback
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flag_values import FlagEditError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, a_type_name
 
 try:
     import yaml
@@ -69,29 +69,6 @@ def invalid_yaml(what: str, exc) -> str:
     return f"{what} is not valid YAML ({yaml_problem(exc)}); fix the syntax there"
 
 
-def read_utf8(path: str, name: str | None = None, error=GpusplitError) -> str:
-    """The UTF-8 text of the file ``path`` (line endings kept), for a control-plane YAML file.
-
-    What the operating system refuses, and a byte that is no UTF-8, raise ``error`` naming ``name``
-    (default ``path``), where and what to do, never Python's own exception text.
-    """
-    name = name or path
-    try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
-    except OSError as exc:
-        raise error(f"cannot read {name}: {exc.strerror or type(exc).__name__}") from None
-    try:
-        return raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        line = raw.count(b"\n", 0, exc.start) + 1
-        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
-        raise error(
-            f"{name} is not UTF-8 text: byte 0x{raw[exc.start]:02x} on line {line}, column {column} is no "
-            "UTF-8 character; save the file as UTF-8 (as kubeadm, k3s and rke2 write it) or put back a backup"
-        ) from None
-
-
 def load_map(text: str | None, what: str, of: str = "options", error=FlagEditError) -> dict:
     """``text`` as a dict (empty text or document: ``{}``).
 
@@ -108,7 +85,7 @@ def load_map(text: str | None, what: str, of: str = "options", error=FlagEditErr
     if data is None:
         return {}
     if not isinstance(data, dict):
-        raise error(f"{what} must be a YAML map of {of}, not a {type(data).__name__}")
+        raise error(f"{what} must be a YAML map of {of}, not {a_type_name(data)}")
     return data
 
 

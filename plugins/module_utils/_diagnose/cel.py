@@ -367,7 +367,7 @@ def _default_domains(text):
 
 def _first_line(exc):
     text = str(exc).strip().splitlines()
-    return (text[0] if text else type(exc).__name__)[:200]
+    return (text[0] if text else type_name(exc))[:200]
 
 
 def _compiled(expression, cel):

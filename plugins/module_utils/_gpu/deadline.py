@@ -28,6 +28,7 @@ import struct
 import subprocess
 import time
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import GpuFactsError
 
 DEFAULT_TIMEOUT = 30
@@ -142,7 +143,7 @@ def _child(fn, write_fd):
         except Exception:  # noqa: BLE001 - an unpicklable refusal still ends as its text
             payload = (_CRASH, str(exc).encode("utf-8", errors="replace"))
     except BaseException as exc:  # noqa: BLE001 - the child must always report and exit
-        payload = (_CRASH, f"{type(exc).__name__}: {exc}".encode("utf-8", errors="replace"))
+        payload = (_CRASH, f"{type_name(exc)}: {exc}".encode("utf-8", errors="replace"))
     _send(write_fd, *payload)
 
 

@@ -9,27 +9,40 @@ import shutil
 import tempfile
 import time
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 
 
-def read_text(path, name=None):
-    """The UTF-8 text of the regular file ``path``, line endings as they are.
+def os_reason(exc):
+    """What the operating system said about a file (``No such file or directory``), in its words."""
+    return exc.strerror or str(exc) or type_name(exc)
 
-    Refuses (GpusplitError naming ``name``, by default ``path``) a path that is no regular file, a
-    file that cannot be read and one that is not UTF-8.
+
+def read_text(path, name=None, error=GpusplitError):
+    """The UTF-8 text of the file ``path``, line endings as they are: the one file reader of the
+    collection (host modules, control-plane modules, the controller's manifest lint).
+
+    Refuses with ``error`` (a :class:`GpusplitError` subclass), naming ``name`` (by default
+    ``path``): a path that exists but is no regular file, a file that cannot be read (the operating
+    system's words: missing, no permission) and one that is not UTF-8 (the first bad byte, its line
+    and column), never with Python's own exception text.
     """
     name = name or path
-    if not os.path.isfile(path):
-        raise GpusplitError(f"{name} is not a regular file")
+    if os.path.exists(path) and not os.path.isfile(path):
+        raise error(f"{name} is not a regular file")
     try:
         with open(path, "rb") as handle:
             raw = handle.read()
     except OSError as exc:
-        raise GpusplitError(f"cannot read {name}: {exc.strerror or exc}") from None
+        raise error(f"cannot read {name}: {os_reason(exc)}") from None
     try:
         return raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise GpusplitError(f"{name} is not UTF-8 text: {exc}") from None
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise error(
+            f"{name} is not UTF-8 text: byte 0x{raw[exc.start]:02x} on line {line}, column {column} is no "
+            "UTF-8 character; save the file as UTF-8"
+        ) from None
 
 
 def is_inside(child, parent):

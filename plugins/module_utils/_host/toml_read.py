@@ -18,7 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 
 
 class TomlReadError(GpusplitError):
@@ -111,7 +111,7 @@ class _Flags:
 class _Parser:
     def __init__(self, text):
         if not isinstance(text, str):
-            raise TomlReadError(f"TOML text must be a str, not {type(text).__name__}")
+            raise TomlReadError(f"TOML text must be a string, got {type_name(text)}")
         self.src = text
         self.pos = 0
         self.data = {}

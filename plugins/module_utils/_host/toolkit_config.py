@@ -31,7 +31,11 @@ from __future__ import annotations
 import math
 import re
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
+    GpusplitError,
+    a_type_name,
+    type_name,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toml_read
 
 DEFAULT_PATH = "/etc/nvidia-container-runtime/config.toml"
@@ -111,7 +115,7 @@ def check_type(key, table, name, value):
     else:
         hint = "give a list of strings"
     raise TomlEditError(
-        f"setting {key}: {value!r} is a {type(value).__name__}, but the NVIDIA Container Toolkit reads {key} as a "
+        f"setting {key}: {value!r} is {a_type_name(value)}, but the NVIDIA Container Toolkit reads {key} as a "
         f"{kind}; written as given it would not take effect ({hint})"
     )
 
@@ -176,7 +180,7 @@ def format_value(value, key="value"):
         return _format_string(value)
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(format_value(v, key) for v in value) + "]"
-    raise TomlEditError(f"{key}: {value!r} ({type(value).__name__}) is not a bool, number, string or list")
+    raise TomlEditError(f"{key}: {value!r} ({type_name(value)}) is not a boolean, number, string or list")
 
 
 def _same(a, b):

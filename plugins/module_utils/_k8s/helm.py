@@ -23,7 +23,7 @@ try:
 except ImportError:  # ansible-core brings PyYAML; read_chart_metadata says so when it is missing
     yaml = None
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, a_type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import DNS_LABEL_RE
 
 _DURATION_RE = re.compile(r"^(\d+(\.\d+)?(h|m|s|ms|us|ns))+$")
@@ -216,7 +216,7 @@ def parse_list(text, name):
     except ValueError as exc:
         raise HelmError(f"helm list printed something that is not JSON: {str(text)[:200]!r} ({exc})") from exc
     if not isinstance(rows, list):
-        raise HelmError(f"helm list printed {type(rows).__name__}, not a list")
+        raise HelmError(f"helm list printed {a_type_name(rows)}, not a list")
     for row in rows:
         if isinstance(row, dict) and row.get("name") == name:
             return row
@@ -232,7 +232,7 @@ def parse_values(text):
             f"helm get values printed something that is not JSON: {str(text)[:200]!r} ({exc})"
         ) from exc
     if values is not None and not isinstance(values, dict):
-        raise HelmError(f"helm get values printed a {type(values).__name__}, not a mapping of values")
+        raise HelmError(f"helm get values printed {a_type_name(values)}, not a mapping of values")
     return values or {}
 
 

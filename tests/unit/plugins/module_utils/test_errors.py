@@ -7,6 +7,7 @@ import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
     GpusplitError,
+    a_type_name,
     fail_on_refusal,
     refusal_text,
 )
@@ -104,3 +105,15 @@ def test_prefixed_keeps_a_subclass_attributes_and_is_reported_whole():
     with pytest.raises(Failed) as failed, fail_on_refusal(module):
         raise KindError(["a", "b"]).prefixed("f: ")
     assert failed.value.args[0] == {"msg": "f: a\nf: b", "errors": ["f: a", "f: b"]}
+
+
+def test_a_type_name_reads_in_a_sentence():
+    assert [a_type_name(v) for v in (None, True, 1, 2.5, "x", [1], {"a": 1})] == [
+        "a null",
+        "a boolean",
+        "an integer",
+        "a number",
+        "a string",
+        "a list",
+        "a mapping",
+    ]

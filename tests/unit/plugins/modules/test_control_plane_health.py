@@ -15,19 +15,19 @@ from ansible_collections.gpusplit.k8s.plugins.modules import control_plane_healt
 BAD_ENDPOINTS = [
     (
         {"kube-apiserver": {"health_url": 5}},
-        ["endpoints.kube-apiserver.health_url: expected a string, got int 5"],
+        ["endpoints.kube-apiserver.health_url: expected a string, got integer 5"],
     ),
     (
         {"kube-scheduler": "https://127.0.0.1:10259/healthz"},
         [
             "endpoints.kube-scheduler: expected a mapping with keys health_url, metrics_url, validate_certs, "
-            "tls_server_name, got str"
+            "tls_server_name, got string"
         ],
     ),
     (
         {"kube-scheduler": {"validate_certs": "no", "metrics_url": "127.0.0.1:10259/metrics"}},
         [
-            "endpoints.kube-scheduler.validate_certs: expected true or false, got str 'no'",
+            "endpoints.kube-scheduler.validate_certs: expected true or false, got string 'no'",
             "endpoints.kube-scheduler.metrics_url: '127.0.0.1:10259/metrics' is not an http(s) URL",
         ],
     ),

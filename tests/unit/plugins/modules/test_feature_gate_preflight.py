@@ -24,7 +24,7 @@ def run_module(args, capsys):
     [
         (
             {"kube-apiserver": "x"},
-            "current_flags.kube-apiserver: expected a mapping with feature_gates and/or runtime_config, got str",
+            "current_flags.kube-apiserver: expected a mapping with feature_gates and/or runtime_config, got string",
         ),
         (
             {"kube-scheduler": ["GangScheduling=true"]},

@@ -68,7 +68,8 @@ def test_every_bad_file_is_named_at_once(tmp_path):
     errors = refusal(str(tmp_path / "*.yaml"))
     assert errors == [
         f"paths: {tmp_path}/dir.yaml is a directory; name its files, e.g. {tmp_path}/dir.yaml/*.yaml",
-        f"{tmp_path}/latin1.yaml: not UTF-8 text (byte 30: b'\\xe9'); save it as UTF-8",
+        f"{tmp_path}/latin1.yaml is not UTF-8 text: byte 0xe9 on line 2, column 21 is no UTF-8 character; "
+        "save the file as UTF-8",
         f"{tmp_path}/list.yaml: document 1: expected a Kubernetes object (a mapping), got list",
     ]
 
@@ -84,4 +85,4 @@ def test_an_unreadable_file_is_named(tmp_path):
     path = tmp_path / "gone.yaml"
     path.symlink_to(tmp_path / "deleted.yaml")  # listed by the glob, not readable
     (msg,) = refusal(str(tmp_path / "*.yaml"))
-    assert msg == f"{path}: cannot be read: No such file or directory"
+    assert msg == f"cannot read {path}: No such file or directory"

@@ -370,9 +370,14 @@ def test_guard_objects_are_valid_1_37_objects():
     for list_name in ("containers", "initContainers", "ephemeralContainers"):
         assert f"object.spec.{list_name}" in variables["offenders"]
         assert f"oldObject.spec.{list_name}" in variables["before"]
-    (validation,) = policy["spec"]["validations"]
+    validation, mounts = policy["spec"]["validations"]
     assert validation["expression"] == "variables.offenders.all(o, o in variables.before)"
     assert "NVIDIA_VISIBLE_DEVICES" in validation["message"]
+    for list_name in ("containers", "initContainers", "ephemeralContainers"):
+        assert f"object.spec.{list_name}" in variables["mounts"]
+        assert f"oldObject.spec.{list_name}" in variables["mountsBefore"]
+    assert mounts["expression"] == "variables.mounts.all(o, o in variables.mountsBefore)"
+    assert "/var/run/nvidia-container-devices" in mounts["message"]
     selector = binding["spec"]["matchResources"]["namespaceSelector"]
     assert selector == {
         "matchExpressions": [
@@ -437,6 +442,128 @@ def test_guard_settings_reach_the_objects():
 def test_guard_refuses_bad_settings(settings):
     with pytest.raises(wl.LintError):
         wl.guard_objects(settings)
+
+
+# the guard's CEL, evaluated by the CEL library the diagnose uses (common-expression-language);
+# tests/integration/test_admission_guard.py runs the same policy in the lab's kube-apiserver
+
+
+def admission(policy, pod, old=None, namespace="team-a"):
+    """The messages of the validations that ``policy`` fails for ``pod`` (an UPDATE when ``old``)."""
+    cel = pytest.importorskip("cel")
+    from cel import stdlib
+
+    context = cel.Context()
+    stdlib.add_stdlib_to_context(context)
+    context.add_variable("object", pod)
+    context.add_variable("oldObject", old)
+    context.add_variable("request", {"namespace": namespace})
+    variables = {}
+    for variable in policy["spec"]["variables"]:  # in order: a variable may read the ones before
+        context.add_variable("variables", variables)
+        variables[variable["name"]] = cel.evaluate(variable["expression"], context)
+    context.add_variable("variables", variables)
+    return [
+        cel.evaluate(v["messageExpression"], context)
+        for v in policy["spec"]["validations"]
+        if cel.evaluate(v["expression"], context) is not True
+    ]
+
+
+def mounting(*paths, list_name="containers", env=None):
+    mounts = [{"name": f"v{i}", "mountPath": path} for i, path in enumerate(paths)]
+    spec = {"containers": [container("main", env=env)]}
+    spec.setdefault(list_name, []).append({"name": "side", "image": "x", "volumeMounts": mounts})
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p", "namespace": "team-a"}, "spec": spec}
+
+
+@pytest.mark.parametrize("list_name", ["containers", "initContainers", "ephemeralContainers"])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/var/run/nvidia-container-devices/all",
+        "/var/run/nvidia-container-devices/GPU-d17388da-cce8-eb28-c8fa-9f8f1d69497d",
+        "/var/run/nvidia-container-devices/0",
+        "/var/run/nvidia-container-devices",  # the directory itself
+        "/var/run/nvidia-container-devices/cdi/nvidia.com/gpu/all",
+        # the toolkit cleans the path, then needs the root as a prefix, no separator after it
+        "/var/run//nvidia-container-devices/./all",
+        "/var/run/x/../nvidia-container-devices/all",
+        "/var/run/nvidia-container-devicesall",
+        "/var/run/nvidia-container-devices0/",
+    ],
+)
+def test_guard_rejects_a_volume_mounted_where_the_toolkit_reads_devices(path, list_name):
+    policy, _ = wl.guard_objects()
+    (message,) = admission(policy, mounting("/data", path, list_name=list_name))
+    kind = list_name[:-1]
+    assert message.startswith(f"{kind} side mounts volume v1 at {path} of pod team-a/p: "), message
+    assert (
+        "reads a volume mounted under /var/run/nvidia-container-devices as a request for the GPU" in message
+    )
+    assert "mount the volume elsewhere" in message and "request nvidia.com/gpu instead" in message
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/data",
+        "/var/run",
+        "/var/run/secrets/kubernetes.io/serviceaccount",
+        "/opt/nvidia-container",
+        "/dev/shm",
+    ],
+)
+def test_guard_admits_volumes_mounted_elsewhere(path):
+    policy, _ = wl.guard_objects()
+    assert admission(policy, mounting(path)) == []
+
+
+def test_guard_mount_rule_rejects_only_new_offenders_and_names_them_all():
+    policy, _ = wl.guard_objects()
+    before = mounting("/var/run/nvidia-container-devices/all")
+    # an update of a pod admitted before the guard (a label, a finaliser) goes through
+    assert admission(policy, before, old=before) == []
+    # kubectl debug adding an ephemeral container with such a mount does not
+    after = copy.deepcopy(before)
+    after["spec"]["ephemeralContainers"] = [
+        {
+            "name": "dbg",
+            "image": "x",
+            "volumeMounts": [{"name": "v0", "mountPath": "/var/run/nvidia-container-devices/0"}],
+        }
+    ]
+    (message,) = admission(policy, after, old=before)
+    assert message.startswith(
+        "ephemeralContainer dbg mounts volume v0 at /var/run/nvidia-container-devices/0 of pod"
+    )
+    # several mounts of one container, several containers: every one is named
+    two = mounting("/var/run/nvidia-container-devices/0", "/var/run/nvidia-container-devices/1")
+    two["spec"]["initContainers"] = [copy.deepcopy(two["spec"]["containers"][1])]
+    (message,) = admission(policy, two)
+    assert message.startswith(
+        "container side mounts volume v0 at /var/run/nvidia-container-devices/0, volume v1 at "
+        "/var/run/nvidia-container-devices/1; initContainer side mounts "
+    ), message
+
+
+def test_guard_env_and_mount_rules_each_say_what_to_fix():
+    policy, _ = wl.guard_objects()
+    both = mounting("/var/run/nvidia-container-devices/all", env={"NVIDIA_VISIBLE_DEVICES": "all"})
+    env, mount = admission(policy, both)
+    assert env.startswith("container main of pod team-a/p set NVIDIA_VISIBLE_DEVICES: ")
+    assert mount.startswith("container side mounts volume v0 at /var/run/nvidia-container-devices/all")
+    generated = mounting("/var/run/nvidia-container-devices/all")
+    generated["metadata"] = {"generateName": "job-", "namespace": "team-a"}
+    (message,) = admission(policy, generated)
+    assert "of pod team-a/job-*: " in message
+    # where the rule applies is the binding's (the env rule's exemptions): not the policy's business
+    assert admission(policy, mounting("/var/run/nvidia-container-devices/all"), namespace="kube-system")
+
+
+def test_the_mount_pattern_is_the_toolkits_root():
+    assert wl.DEVICE_LIST_MOUNT_ROOT == "/var/run/nvidia-container-devices"
+    assert wl.DEVICE_LIST_MOUNT_PATTERN == "(^|/)nvidia-container-devices"
 
 
 def test_guard_filter_and_yaml_round_trip():

@@ -70,3 +70,40 @@ def test_read_text_refuses_what_is_no_utf8_file(tmp_path):
     bad.write_bytes(b"\xff\xfe")
     with pytest.raises(GpusplitError, match="the config is not UTF-8 text"):
         read_text(str(bad), "the config")
+
+
+class ReadError(GpusplitError):
+    pass
+
+
+def test_read_text_is_the_one_reader_and_names_what_to_fix(tmp_path):
+    """One reader for the host modules, the control-plane modules and the manifest lint: the byte,
+    line and column of a non-UTF-8 file, the operating system's words, the caller's error class;
+    never Python's own text ("'utf-8' codec can't decode ...")."""
+    bad = tmp_path / "kube-apiserver.yaml"
+    bad.write_bytes(b"kind: Pod\nname: caf\xe9\r\n")
+    with pytest.raises(ReadError) as caught:
+        read_text(str(bad), "the manifest", error=ReadError)
+    assert caught.value.errors == [
+        "the manifest is not UTF-8 text: byte 0xe9 on line 2, column 10 is no UTF-8 character; "
+        "save the file as UTF-8"
+    ]
+    with pytest.raises(ReadError) as caught:
+        read_text(str(tmp_path / "gone.yaml"), error=ReadError)
+    assert caught.value.errors == [f"cannot read {tmp_path / 'gone.yaml'}: No such file or directory"]
+    with pytest.raises(ReadError, match=f"^{tmp_path} is not a regular file$"):
+        read_text(str(tmp_path), error=ReadError)
+    good = tmp_path / "crlf.yaml"
+    good.write_bytes("a: ü\r\nb\n".encode())
+    assert read_text(str(good)) == "a: ü\r\nb\n"  # line endings as they are
+
+
+def test_the_control_plane_reads_with_the_same_reader():
+    from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import (
+        health,
+        module_io,
+        yaml_text,
+    )
+
+    assert health.read_text is read_text
+    assert not hasattr(module_io, "read_file") and not hasattr(yaml_text, "read_utf8")

@@ -202,7 +202,7 @@ def test_error_names_line_and_column():
 
 
 def test_not_text_is_refused():
-    with pytest.raises(toml_read.TomlReadError, match="TOML text must be a str, not bytes"):
+    with pytest.raises(toml_read.TomlReadError, match="TOML text must be a string, got bytes"):
         toml_read.loads(b"a = 1")
 
 

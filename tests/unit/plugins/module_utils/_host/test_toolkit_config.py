@@ -241,8 +241,8 @@ def test_broken_file_is_refused(text, needle):
         ({}, "non-empty mapping"),
         ({"a b": True}, "not a bare TOML key"),
         ({"a..b": True}, "not a bare TOML key"),
-        ({"a": {"b": 1}}, "is not a bool, number, string or list"),
-        ({"a": None}, "is not a bool, number, string or list"),
+        ({"a": {"b": 1}}, r"\(mapping\) is not a boolean, number, string or list"),
+        ({"a": None}, r"None \(null\) is not a boolean, number, string or list"),
         ({"disable-require.x": True}, "disable-require is a value, not a table"),
         ({"nvidia-container-cli": True}, "is a table, not a value"),
     ],
@@ -402,7 +402,9 @@ def test_edits_on_a_python_without_tomllib():
 def test_module_refuses_a_file_that_is_not_utf8(config, capsys):
     config.write_bytes(b"x = '\xff'\n")
     rc, out = run_module({"path": str(config)}, capsys)
-    assert rc == 1 and out["msg"].startswith(f"{config} is not UTF-8 text: ")
+    assert rc == 1 and out["msg"] == (
+        f"{config} is not UTF-8 text: byte 0xff on line 1, column 6 is no UTF-8 character; save the file as UTF-8"
+    )  # never Python's "'utf-8' codec can't decode ..."
     assert out["path"] == str(config) and backups(config) == []
 
 
@@ -421,9 +423,25 @@ def test_a_string_for_the_envvar_key_is_refused_with_the_reason(word):
     with pytest.raises(tc.TomlEditError) as exc:
         tc.edit_config(generated(), {ENVVAR: word, MOUNTS: True})
     assert str(exc.value) == (
-        f"setting {ENVVAR}: {word!r} is a str, but the NVIDIA Container Toolkit reads {ENVVAR} as a boolean; "
+        f"setting {ENVVAR}: {word!r} is a string, but the NVIDIA Container Toolkit reads {ENVVAR} as a boolean; "
         "written as given it would not take effect (write false as a YAML boolean, without quotes)"
     )
+
+
+def test_a_value_from_a_play_is_named_by_its_yaml_type():
+    """What a play hands over is tagged (ansible-core 2.19: _AnsibleTaggedStr): the message says
+    "string", never the Python class."""
+    from ansible._internal._datatag._tags import Origin
+
+    tagged = Origin(path="/inventory/group_vars/gpu.yml", line_num=3).tag("false")
+    assert type(tagged).__name__ != "str"
+    with pytest.raises(tc.TomlEditError) as exc:
+        tc.edit_config(generated(), {ENVVAR: tagged})
+    assert f"setting {ENVVAR}: 'false' is a string, but" in str(exc.value)
+    with pytest.raises(
+        tc.TomlEditError, match=r"\(integer\) is not a boolean, number, string or list|is an integer"
+    ):
+        tc.edit_config(generated(), {MOUNTS: 1})
 
 
 @pytest.mark.parametrize(
@@ -462,6 +480,8 @@ def test_right_types_and_unknown_keys_pass():
 def test_module_refuses_a_string_bool_and_leaves_the_file(config, capsys):
     before = config.read_text()
     rc, out = run_module({"path": str(config), "settings": {ENVVAR: "false"}}, capsys)
-    assert rc == 1 and out["msg"].startswith(f"refusing to edit {config}: setting {ENVVAR}: 'false' is a str")
+    assert rc == 1 and out["msg"].startswith(
+        f"refusing to edit {config}: setting {ENVVAR}: 'false' is a string"
+    )
     assert "reads" in out["msg"] and "as a boolean" in out["msg"]
     assert config.read_text() == before and backups(config) == []
