@@ -74,7 +74,8 @@ DEFAULT_SETTINGS = {
     "install": "auto",  # auto: helm only when no ClusterPolicy exists; helm: always; skip: never
     "toolkit_hardening": True,
     "mig_strategy": None,  # None: the strategy of the gpu_operator nodes
-    "plugin_hardening": "envvar",  # gpusplit_plugin_settings.hardening of the split plugins
+    # gpusplit_plugin_settings.hardening of the split plugins: the same default as theirs
+    "plugin_hardening": render.DEFAULT_SETTINGS["hardening"],
     "helm_values": {},  # the user's own chart values, merged under gpusplit's
     "stock_plugin_action": "refuse",
     "operator_managed": True,

@@ -382,13 +382,28 @@ def test_mixed_strategies_are_refused_with_every_other_refusal_at_once():
     mixed = fleet(**{"op-a": {"facts": facts("dgx-h100"), "mode": "gpu_operator", "split": {"count": 2}}})
     items = [live_policy("a", "2026-01-01T00:00:00Z"), live_policy("b", "2026-01-02T00:00:00Z")]
     with pytest.raises(G.OperatorError) as exc:
-        G.operator_config(mixed, {"dp-b": "all-1g.10gb"}, items, {})
+        G.operator_config(mixed, {"dp-b": "all-1g.10gb"}, items, {"plugin_hardening": "envvar"})
     text = "\n".join(exc.value.errors)
     assert "one MIG strategy for the whole cluster" in text
     assert "2 ClusterPolicies in the cluster" in text
     assert "hardening 'envvar'" in text  # the split plugins would go blind
     assert "dp-b: gpusplit_mig_config 'all-1g.10gb' needs the GPU Operator's MIG manager" in text
     assert len(exc.value.errors) == 4
+
+
+def test_the_default_plugin_hardening_is_the_split_plugins_own():
+    """With no gpusplit_plugin_settings the split plugins use volume-mounts, which the hardened toolkit
+    honours: the default settings are not refused as blind plugins."""
+    assert G.DEFAULT_SETTINGS["plugin_hardening"] == render_defaults()["hardening"] == "volume-mounts"
+    plan = fleet(**{"op-a": {"facts": facts("dgx-h100"), "mode": "gpu_operator", "split": {"count": 2}}})
+    errors = C.check_plugin_hardening(plan, G.DEFAULT_SETTINGS["plugin_hardening"], True)
+    assert errors == []
+
+
+def render_defaults():
+    from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+
+    return render.DEFAULT_SETTINGS
 
 
 def test_mig_config_labels_and_their_rules():
