@@ -27,10 +27,11 @@ pytestmark = pytest.mark.integration
 
 
 def run(playbook, inventory=INVENTORY, *extra, ok=True):
+    """ansible-playbook; ok True: must pass, False: must fail, None: either."""
     proc = ansible_playbook(playbook, inventory, *extra)
-    if ok and proc.returncode != 0:
+    if ok is True and proc.returncode != 0:
         raise AssertionError(f"{playbook} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}")
-    if not ok and proc.returncode == 0:
+    if ok is False and proc.returncode == 0:
         raise AssertionError(f"{playbook} should have failed:\n{proc.stdout[-6000:]}")
     return proc
 
