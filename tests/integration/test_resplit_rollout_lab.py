@@ -58,6 +58,22 @@ def lab_as_inventory(lab):
     assert proc.returncode == 0, proc.stdout[-4000:]
 
 
+def test_a_host_process_on_a_gpu_going_to_kubernetes_stops_the_batch(lab_as_inventory, tmp_path):
+    proc = ansible_playbook(
+        "resplit.yml", rollout_inventory(tmp_path), *HOSTS, "-e", "gpusplit_rollout_batch=2"
+    )
+    assert proc.returncode != 0
+    said = " ".join(proc.stdout.split())
+    assert (
+        "The rollout stopped in the batch lab-dgx-01, lab-h200-01: lab-h200-01: host process(es) run on GPUs"
+        in said
+    )
+    assert (
+        "pid 2990 (/usr/local/bin/ollama) on GPU 0" in said and "Nothing was changed. Done before it" in said
+    )
+    assert "resume with --limit lab-dgx-01,lab-h200-01,lab-ssh-01" in said
+
+
 def test_a_bad_batch_size_is_refused_before_anything(lab):
     proc = ansible_playbook("resplit.yml", INVENTORY, "-e", "gpusplit_rollout_batch=0")
     assert proc.returncode != 0
@@ -75,6 +91,9 @@ def test_the_rollout_stops_after_the_batch_that_does_not_verify(lab_as_inventory
         "gpusplit_rollout_batch=2",
         "-e",
         "gpusplit_verify_wait_seconds=4",
+        # lab-h200-01's borrowed facts show the workstation's ollama on a GPU that would go to Kubernetes
+        "-e",
+        "gpusplit_resplit_host_processes=ignore",
     )
     assert proc.returncode != 0, proc.stdout[-4000:]
     out = proc.stdout
