@@ -60,7 +60,13 @@ def lab_as_inventory(lab):
 
 def test_a_host_process_on_a_gpu_going_to_kubernetes_stops_the_batch(lab_as_inventory, tmp_path):
     proc = ansible_playbook(
-        "resplit.yml", rollout_inventory(tmp_path), *HOSTS, "-e", "gpusplit_rollout_batch=2"
+        "resplit.yml",
+        rollout_inventory(tmp_path),
+        *HOSTS,
+        "-e",
+        "gpusplit_rollout_batch=2",
+        "-e",
+        "gpusplit_resplit_host_processes=refuse",  # the lab inventory lets the fixtures' frozen processes through
     )
     assert proc.returncode != 0
     said = " ".join(proc.stdout.split())
@@ -91,9 +97,6 @@ def test_the_rollout_stops_after_the_batch_that_does_not_verify(lab_as_inventory
         "gpusplit_rollout_batch=2",
         "-e",
         "gpusplit_verify_wait_seconds=4",
-        # lab-h200-01's borrowed facts show the workstation's ollama on a GPU that would go to Kubernetes
-        "-e",
-        "gpusplit_resplit_host_processes=ignore",
     )
     assert proc.returncode != 0, proc.stdout[-4000:]
     out = proc.stdout
