@@ -10,12 +10,19 @@ their kwok Nodes in the running lab, runs ``playbooks/site.yml`` twice and print
   debug, assert, argument-spec validation and delegated tasks are not counted);
 * the apiserver's write requests during the re-run: ``apiserver_request_total`` of its /metrics
   for POST, PUT, PATCH, APPLY, DELETE, DELETECOLLECTION, before and after, without dry runs and
-  without what the lab itself writes all the time (leases, events, status subresources: kwok's
-  kubelets, the device-plugin stand-in, the controllers);
-* the changed count of the re-run.
+  without what the lab itself writes all the time (leases, events, status subresources, the pods'
+  service-account tokens: kwok's kubelets, the device-plugin stand-in, the controllers);
+* the changed count of the re-run;
+* tasks per GPU host on the re-run (ok, changed, failed and skipped in the play recap: each one costs
+  the controller a worker process, the host's variables and the callbacks, even a skipped one);
+* CPU seconds of the re-run, split in two: what the simulated GPU hosts' module processes used (the
+  bench hosts run their modules through a small wrapper of the Python interpreter that adds up each
+  module process's CPU time) and what the rest used: the controller (``ansible-playbook``, its
+  workers, the controller's own modules). On the lab the GPU hosts are this machine, so their module
+  processes take the controller's cores; on a real fleet they run on the hosts.
 
 At the end, seconds per host: the slope of the re-run and of the first run between the two largest
-N. The bench's Nodes, host roots and per-node DaemonSets are deleted after each N. Needs the lab
+N, and of the re-run's controller CPU seconds. The bench's Nodes, host roots and per-node DaemonSets are deleted after each N. Needs the lab
 (``python -m lab.lab up``); see docs/performance.md for recorded runs.
 
     python tools/bench_fleet.py [--sizes 10,50,200] [--forks 20] [--json out/bench-fleet.json]
@@ -27,6 +34,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import shutil
 import signal
 import subprocess
@@ -52,6 +60,12 @@ MIX = (
 WRITE_VERBS = {"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
 # what the lab writes on its own, whatever gpusplit does
 BACKGROUND_RESOURCES = {"leases", "events", "tokenreviews", "subjectaccessreviews"}
+# subresources written by the lab's kubelets and controllers: status, and the service-account tokens
+# (TokenRequest) the kubelets ask for their pods' projected volumes; gpusplit asks for no token
+BACKGROUND_SUBRESOURCES = {"status", "token"}
+# how long the cleanup waits for the garbage collector to delete the pods of the bench's DaemonSets
+# (else their DELETEs fall into the next fleet size's re-run)
+GC_WAIT_SECONDS = 120
 
 CALLBACK = """
 import json
@@ -133,6 +147,25 @@ class CallbackModule(CallbackBase):
 """
 
 
+# Runs a module with the real interpreter and adds the CPU seconds of that process (and what it
+# started) to the file GPUSPLIT_BENCH_MODULE_CPU_FILE names; the exit status and the streams are the
+# module's own. -I -S: the wrapper's own start costs a few milliseconds.
+INTERPRETER_WRAPPER = """#!{python} -IS
+import os
+import sys
+
+pid = os.fork()
+if pid == 0:
+    os.execv({python!r}, [{python!r}] + sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+log = os.environ.get("GPUSPLIT_BENCH_MODULE_CPU_FILE")
+if log:
+    with open(log, "a") as handle:
+        handle.write("%.4f\\n" % (usage.ru_utime + usage.ru_stime))
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
 def host_name(i: int) -> str:
     return f"{PREFIX}{i:04d}"
 
@@ -151,14 +184,26 @@ def inventory(n: int) -> dict:
     return {"all": {"children": {"gpu_nodes": {"hosts": hosts}}}}
 
 
+def write_interpreter(workdir: Path) -> Path:
+    """The interpreter wrapper the bench hosts run their modules with (see INTERPRETER_WRAPPER)."""
+    path = workdir / "python-cpu"
+    path.write_text(INTERPRETER_WRAPPER.format(python=sys.executable))
+    path.chmod(0o755)
+    return path
+
+
 def write_inventory(n: int, workdir: Path) -> Path:
-    """inventory-<n>/ in ``workdir``: hosts.yml and the lab's group_vars/all.yml."""
+    """inventory-<n>/ in ``workdir``: hosts.yml, the lab's group_vars/all.yml and, for the GPU hosts,
+    the interpreter wrapper that counts their modules' CPU time."""
     import yaml
 
     inv = workdir / f"inventory-{n}"
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     # the lab's own settings (local connection, fake NVML, scratch host roots, lab kubeconfig)
     shutil.copy(ROOT / "inventory" / "lab" / "group_vars" / "all.yml", inv / "group_vars" / "all.yml")
+    (inv / "group_vars" / "gpu_nodes.yml").write_text(
+        yaml.safe_dump({"ansible_python_interpreter": str(write_interpreter(workdir))})
+    )
     (inv / "hosts.yml").write_text(yaml.safe_dump(inventory(n), sort_keys=False))
     return inv
 
@@ -183,7 +228,7 @@ def parse_writes(text: str) -> dict:
         resource = labels.get("resource", "")
         if labels.get("dry_run"):
             out["dry_run"] += value
-        elif resource in BACKGROUND_RESOURCES or labels.get("subresource") == "status":
+        elif resource in BACKGROUND_RESOURCES or labels.get("subresource") in BACKGROUND_SUBRESOURCES:
             out["background"] += value
         else:
             key = f"{labels['verb']} {resource}" + (
@@ -243,11 +288,44 @@ def delete_bench_objects(core) -> int:
     if nodes.HOSTS_ROOT.exists():
         for path in nodes.HOSTS_ROOT.glob(f"{PREFIX}*"):
             shutil.rmtree(path, ignore_errors=True)
+    wait_for_bench_pods_gone(core)
     return gone
+
+
+def wait_for_bench_pods_gone(core, timeout: float = GC_WAIT_SECONDS) -> int:
+    """Wait until the garbage collector has deleted the pods of the bench's DaemonSets; the count left."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = [
+            pod
+            for pod in core.list_pod_for_all_namespaces(
+                label_selector="app.kubernetes.io/managed-by=gpusplit"
+            ).items
+            if (pod.spec.node_name or "").startswith(PREFIX)
+        ]
+        if not left or time.monotonic() > deadline:
+            return len(left)
+        time.sleep(2)
+
+
+def children_cpu() -> float:
+    """CPU seconds of every child process of the bench reaped so far (and of their children)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def module_cpu(path: Path) -> tuple[int, float]:
+    """(module processes, their CPU seconds) from the interpreter wrapper's file."""
+    if not path.exists():
+        return 0, 0.0
+    values = [float(line) for line in path.read_text().split() if line]
+    return len(values), sum(values)
 
 
 def run_site(inv: Path, forks: int, workdir: Path, label: str, extra_env: dict) -> dict:
     counts = workdir / f"counts-{label}.json"
+    modules = workdir / f"module-cpu-{label}.txt"
+    modules.unlink(missing_ok=True)
     env = dict(os.environ)
     env.update(
         {
@@ -255,6 +333,7 @@ def run_site(inv: Path, forks: int, workdir: Path, label: str, extra_env: dict) 
             "ANSIBLE_CALLBACK_PLUGINS": str(workdir / "callbacks"),
             "ANSIBLE_CALLBACKS_ENABLED": "gpusplit_bench_count",
             "GPUSPLIT_BENCH_COUNT_FILE": str(counts),
+            "GPUSPLIT_BENCH_MODULE_CPU_FILE": str(modules),
             "ANSIBLE_NOCOLOR": "1",
         }
     )
@@ -270,12 +349,24 @@ def run_site(inv: Path, forks: int, workdir: Path, label: str, extra_env: dict) 
         str(ROOT / "playbooks" / "site.yml"),
     ]
     log = workdir / f"site-{label}.log"
+    cpu_before = children_cpu()
     start = time.monotonic()
     with log.open("w") as handle:
         rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT).returncode
     seconds = time.monotonic() - start
+    cpu = children_cpu() - cpu_before
+    module_runs, host_cpu = module_cpu(modules)
     data = json.loads(counts.read_text()) if counts.exists() else {}
-    return {"rc": rc, "seconds": seconds, "log": str(log), **data}
+    return {
+        "rc": rc,
+        "seconds": seconds,
+        "cpu_s": cpu,
+        "host_module_runs": module_runs,
+        "host_module_cpu_s": host_cpu,
+        "controller_cpu_s": cpu - host_cpu,
+        "log": str(log),
+        **data,
+    }
 
 
 def per_host(run: dict, n: int) -> float:
@@ -285,6 +376,13 @@ def per_host(run: dict, n: int) -> float:
 
 def changed(run: dict) -> int:
     return sum(s.get("changed", 0) for s in run.get("stats", {}).values())
+
+
+def tasks_per_host(run: dict, n: int) -> float:
+    """Tasks each GPU host went through: ok (changed included), failed, unreachable and skipped."""
+    stats = [s for h, s in run.get("stats", {}).items() if h.startswith(PREFIX)]
+    keys = ("ok", "failures", "unreachable", "skipped")
+    return sum(s.get(k, 0) for s in stats for k in keys) / max(n, 1)
 
 
 def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict) -> list[dict]:
@@ -298,6 +396,7 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict) -> list[
     for n in sizes:
         inv = write_inventory(n, workdir)
         create_nodes(core, n)
+        load_before = os.getloadavg()
         try:
             first = run_site(inv, forks, workdir, f"{n}-first", extra_env)
             before = apiserver_writes(core)
@@ -315,6 +414,13 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict) -> list[
             "modules_per_host_rerun": round(per_host(again, n), 2),
             "changed_first": changed(first),
             "changed_rerun": changed(again),
+            "tasks_per_host_rerun": round(tasks_per_host(again, n), 2),
+            "cpu_s_first": round(first["cpu_s"], 1),
+            "cpu_s_rerun": round(again["cpu_s"], 1),
+            "controller_cpu_s_rerun": round(again["controller_cpu_s"], 1),
+            "host_module_cpu_s_rerun": round(again["host_module_cpu_s"], 1),
+            "host_module_runs_rerun": again["host_module_runs"],
+            "load_before": [round(x, 2) for x in load_before],
             "apiserver": writes_between(before, after),
             "host_tasks_rerun": again.get("by_task", {}),
             "slowest_tasks_rerun": dict(
@@ -327,15 +433,21 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict) -> list[
     return rows
 
 
-HEADER = "| GPU hosts | first run s | re-run s | re-run/first | module executions per host | re-run changed | re-run apiserver writes |"
+HEADER = (
+    "| GPU hosts | first run s | re-run s | re-run/first | module executions per host | tasks per host"
+    " | re-run changed | re-run apiserver writes | re-run CPU s: controller / GPU hosts' modules | load average |"
+)
 
 
 def print_row(row: dict, flush: bool = False) -> None:
     ratio = row["rerun_s"] / row["first_s"] if row["first_s"] else 0.0
     rc = "" if row["first_rc"] == row["rerun_rc"] == 0 else f" (rc {row['first_rc']}/{row['rerun_rc']})"
+    load = " ".join(f"{x:.1f}" for x in row.get("load_before", ()))
     print(
         f"| {row['hosts']} | {row['first_s']} | {row['rerun_s']} | {ratio:.0%} | "
-        f"{row['modules_per_host_rerun']} | {row['changed_rerun']} | {row['apiserver']['writes']}{rc} |",
+        f"{row['modules_per_host_rerun']} | {row['tasks_per_host_rerun']} | {row['changed_rerun']} | "
+        f"{row['apiserver']['writes']}{rc} | {row['controller_cpu_s_rerun']} / {row['host_module_cpu_s_rerun']} | "
+        f"{load} |",
         flush=flush,
     )
 
@@ -390,13 +502,18 @@ def main(argv: list[str] | None = None) -> int:
         + (f", env {extra_env}" if extra_env else "")
     )
     print(HEADER)
-    print("|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     try:
         rows = bench(sizes, args.forks, workdir, extra_env)
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    for key, word in (("first_s", "first run"), ("rerun_s", "re-run")):
+    for key, word in (
+        ("first_s", "first run"),
+        ("rerun_s", "re-run"),
+        ("controller_cpu_s_rerun", "controller CPU seconds of the re-run"),
+        ("host_module_cpu_s_rerun", "GPU hosts' module CPU seconds of the re-run"),
+    ):
         s = slope(rows, key)
         if s is not None:
             print(

@@ -74,3 +74,42 @@ def test_bad_arguments_are_refused_naming_the_option(argv, message, capsys):
         bench_fleet.main(argv)
     assert caught.value.code == 2
     assert message in capsys.readouterr().err
+
+
+def test_the_interpreter_wrapper_adds_up_module_cpu_and_keeps_the_exit_status(tmp_path, monkeypatch):
+    import subprocess
+
+    wrapper = bench_fleet.write_interpreter(tmp_path)
+    log = tmp_path / "cpu.txt"
+    monkeypatch.setenv("GPUSPLIT_BENCH_MODULE_CPU_FILE", str(log))
+    for code in (0, 3):
+        done = subprocess.run(
+            [str(wrapper), "-c", f"import sys; print(sys.stdin.read()); sys.exit({code})"],
+            input="from stdin",
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == code and done.stdout.strip() == "from stdin", done.stderr
+    runs, cpu = bench_fleet.module_cpu(log)
+    assert runs == 2 and cpu > 0
+    assert bench_fleet.module_cpu(tmp_path / "none.txt") == (0, 0.0)
+
+
+def test_tasks_per_host_counts_the_bench_hosts_recap():
+    run = {
+        "stats": {
+            "bench-0000": {"ok": 7, "changed": 1, "failures": 0, "unreachable": 0, "skipped": 2},
+            "bench-0001": {"ok": 6, "changed": 0, "failures": 1, "unreachable": 0, "skipped": 1},
+            "localhost": {"ok": 20, "skipped": 6},
+        }
+    }
+    assert bench_fleet.tasks_per_host(run, 2) == pytest.approx(8.5)
+
+
+def test_the_kubelets_token_requests_are_the_labs_own_writes():
+    line = (
+        'apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="serviceaccounts",'
+        'scope="resource",subresource="token",verb="POST",version="v1"} 4\n'
+    )
+    assert bench_fleet.parse_writes(line) == {"writes": {}, "dry_run": 0, "background": 4}
