@@ -42,13 +42,24 @@ def test_a_setting_that_is_no_path_is_refused_by_name(bad):
         FilterModule().filters()["out_dir"](bad)
 
 
-OUTPUT_ROLES = ("gpu_plan", "gpu_verify", "dra_driver")
+OUTPUT_ROLES = ("gpu_verify", "dra_driver", "gpu_resplit")
 
 
 @pytest.mark.parametrize("role", OUTPUT_ROLES)
 def test_the_roles_that_write_outputs_default_to_the_filter(role):
     defaults = yaml.safe_load((ROOT / "roles" / role / "defaults" / "main.yml").read_text())
     assert defaults["gpusplit_out_dir"] == "{{ none | gpusplit.k8s.out_dir }}"
+
+
+def test_gpu_plan_works_its_output_dir_out_once_with_the_same_filter():
+    """gpu_plan has no default (its per-host argument-spec check would run the filter per host): its
+    run_once tasks read gpu_plan_out_dir, gpusplit_out_dir as given or the same filter."""
+    defaults = yaml.safe_load((ROOT / "roles" / "gpu_plan" / "defaults" / "main.yml").read_text()) or {}
+    assert "gpusplit_out_dir" not in defaults
+    found = yaml.safe_load((ROOT / "roles" / "gpu_plan" / "vars" / "main.yml").read_text())[
+        "gpu_plan_out_dir"
+    ]
+    assert found == "{{ gpusplit_out_dir if gpusplit_out_dir is defined else (none | gpusplit.k8s.out_dir) }}"
 
 
 def test_ansible_gives_out_in_the_directory_it_runs_in(tmp_path):
