@@ -130,7 +130,12 @@ def running_plugins(api: client.ApiClient) -> dict[str, list[tuple]]:
     return running
 
 
-class DevicePluginSimulator:
+class TickedSimulator:
+    """A lab simulator the supervisor ticks: ``sync()`` at most every ``interval`` seconds, with one
+    API client kept between ticks and dropped after a failure (the apiserver may be restarting)."""
+
+    label = "simulator"
+
     def __init__(self, interval: float = 2.0):
         self.interval = interval
         self.next_run = 0.0
@@ -141,6 +146,9 @@ class DevicePluginSimulator:
             self._api = config.new_client_from_config(str(KUBECONFIG))
         return self._api
 
+    def sync(self) -> None:
+        raise NotImplementedError
+
     def tick(self) -> None:
         if time.time() < self.next_run or not KUBECONFIG.exists():
             return
@@ -149,7 +157,11 @@ class DevicePluginSimulator:
             self.sync()
         except Exception as exc:  # the apiserver may be restarting; try again next tick
             self._api = None
-            print(f"device plugin simulator: {exc.__class__.__name__}: {str(exc)[:200]}", flush=True)
+            print(f"{self.label}: {exc.__class__.__name__}: {str(exc)[:200]}", flush=True)
+
+
+class DevicePluginSimulator(TickedSimulator):
+    label = "device plugin simulator"
 
     def sync(self) -> None:
         api = self.api()

@@ -32,10 +32,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 from pathlib import Path
 
-from lab.components import KUBECONFIG
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from lab import deviceplugin as dp
 from lab.nodes import FIXTURE_LABEL, HOSTS_ROOT
 
 SOCKET = Path("var/lib/kubelet/pod-resources/kubelet.sock")
@@ -361,41 +363,21 @@ def remove_sockets(hosts_root: Path = HOSTS_ROOT) -> list[Path]:
 # --------------------------------------------------------------------------- the simulator
 
 
-class PodResourcesSimulator:
+class PodResourcesSimulator(dp.TickedSimulator):
     """Ticked by the lab's supervisor like lab.deviceplugin.DevicePluginSimulator."""
 
+    label = "pod-resources simulator"
+
     def __init__(self, interval: float = 2.0, hosts_root: Path = HOSTS_ROOT):
-        self.interval = interval
+        super().__init__(interval)
         self.hosts_root = hosts_root
-        self.next_run = 0.0
-        self._api = None
         self.answers: dict[str, list[dict]] = {}
         self.servers: dict[str, object] = {}
-
-    def api(self):
-        from kubernetes import config
-
-        if self._api is None:
-            self._api = config.new_client_from_config(str(KUBECONFIG))
-        return self._api
-
-    def tick(self) -> None:
-        if time.time() < self.next_run or not KUBECONFIG.exists():
-            return
-        self.next_run = time.time() + self.interval
-        try:
-            self.sync()
-        except Exception as exc:  # the apiserver may be restarting; try again next tick
-            self._api = None
-            print(f"pod-resources simulator: {exc.__class__.__name__}: {str(exc)[:200]}", flush=True)
 
     def claims(self, pods: list[dict]) -> dict:
         """(namespace, name) -> ResourceClaim, only when a pod on a lab node uses claims."""
         if not any((p.get("spec") or {}).get("resourceClaims") for p in pods):
             return {}
-        from kubernetes import client
-        from kubernetes.client.rest import ApiException
-
         try:
             found = client.CustomObjectsApi(self.api()).list_cluster_custom_object(
                 "resource.k8s.io", "v1", "resourceclaims"
@@ -405,10 +387,6 @@ class PodResourcesSimulator:
         return {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in found.get("items") or []}
 
     def sync(self) -> None:
-        from kubernetes import client
-
-        from lab import deviceplugin as dp
-
         api = self.api()
         core = client.CoreV1Api(api)
         nodes = api.sanitize_for_serialization(core.list_node(label_selector=FIXTURE_LABEL).items)
