@@ -226,40 +226,46 @@ def device_plugin_holders(node_plan, pod_resources, pods_by_name):
     return out
 
 
-def claim_holders(node_plan, claims, pods_by_name, driver=DRIVER):
-    """Holders of the node's GPUs through allocated ResourceClaims (mode dra)."""
-    index = GpuIndex(node_plan)
-    node = node_plan["node"]
-    out = []
+def claim_results_by_pool(claims, driver=DRIVER):
+    """{pool (node): [(claim metadata, claim status, allocation result)]} of ``driver``'s allocated devices."""
+    out = {}
     for claim in _list(claims, "resource claims"):
         meta = (claim or {}).get("metadata") or {}
         status = (claim or {}).get("status") or {}
-        results = ((status.get("allocation") or {}).get("devices") or {}).get("results") or []
-        for result in results:
-            if result.get("driver") != driver or result.get("pool") != node:
+        for result in ((status.get("allocation") or {}).get("devices") or {}).get("results") or []:
+            if result.get("driver") == driver:
+                out.setdefault(result.get("pool"), []).append((meta, status, result))
+    return out
+
+
+def claim_holders(node_plan, results, pods_by_name):
+    """Holders of the node's GPUs through allocated ResourceClaims (mode dra): ``results`` is the
+    node's entry of claim_results_by_pool."""
+    index = GpuIndex(node_plan)
+    out = []
+    for meta, status, result in results or []:
+        gpu = index.dra(result.get("device"))
+        for reserved in status.get("reservedFor") or []:
+            if reserved.get("resource") not in (None, "pods"):
                 continue
-            gpu = index.dra(result.get("device"))
-            for reserved in status.get("reservedFor") or []:
-                if reserved.get("resource") not in (None, "pods"):
-                    continue
-                pod = pods_by_name.get((meta.get("namespace"), reserved.get("name")))
-                if pod is not None and not _active(pod):
-                    continue
-                out.append(
-                    {
-                        "namespace": meta.get("namespace"),
-                        "pod": reserved.get("name"),
-                        "uid": reserved.get("uid"),
-                        "owner": _owner(pod),
-                        "container": None,
-                        "resource_name": None,
-                        "claim": meta.get("name"),
-                        "device_id": result.get("device"),
-                        "gpu": gpu["uuid"] if gpu else None,
-                        "index": gpu["index"] if gpu else None,
-                        "via": "ResourceClaim",
-                    }
-                )
+            pod = pods_by_name.get((meta.get("namespace"), reserved.get("name")))
+            if pod is not None and not _active(pod):
+                continue
+            out.append(
+                {
+                    "namespace": meta.get("namespace"),
+                    "pod": reserved.get("name"),
+                    "uid": reserved.get("uid"),
+                    "owner": _owner(pod),
+                    "container": None,
+                    "resource_name": None,
+                    "claim": meta.get("name"),
+                    "device_id": result.get("device"),
+                    "gpu": gpu["uuid"] if gpu else None,
+                    "index": gpu["index"] if gpu else None,
+                    "via": "ResourceClaim",
+                }
+            )
     return out
 
 
@@ -276,8 +282,11 @@ def _gpu_processes(facts, uuid):
 # the diff
 
 
-def node_diff(node_plan, live, pod_resources=None, pods_by_name=None, claims=None, facts=None, services=None):
-    """What changes on one node and who is in the way (see resplit_diff)."""
+def node_diff(
+    node_plan, live, pod_resources=None, pods_by_name=None, claimed=None, facts=None, services=None
+):
+    """What changes on one node and who is in the way (see resplit_diff); ``claimed``: the node's
+    entry of claim_results_by_pool."""
     pods_by_name = pods_by_name or {}
     after = _kubernetes_uuids(node_plan)
     before = (live or {}).get("kubernetes")
@@ -293,7 +302,7 @@ def node_diff(node_plan, live, pod_resources=None, pods_by_name=None, claims=Non
         to_host = [ref(u) for u in before if u not in after]
         to_kubernetes = [ref(u) for u in after if u not in before]
     holders = device_plugin_holders(node_plan, pod_resources, pods_by_name)
-    holders += claim_holders(node_plan, claims, pods_by_name)
+    holders += claim_holders(node_plan, claimed, pods_by_name)
     # a pod in the way: holds a GPU that leaves the Kubernetes share in this change (a GPU that was
     # outside it already, e.g. one a diagnostic claim tolerating the host-share taint uses, is not
     # this change's business: verify reports a container on a host GPU); with no live split to
@@ -372,6 +381,7 @@ def resplit_diff(
     services = _mapping(services, "services")
     shares = live_shares(plan, daemonsets, taint_rules)
     by_name = _pods_by_name(pods)
+    claimed = claim_results_by_pool(claims)
     out = {"nodes": [], "unchanged": [], "holders": [], "warnings": []}
     seen = set()
     for host in sorted(nodes):
@@ -381,7 +391,7 @@ def resplit_diff(
             shares.get(node_plan["node"]),
             pod_resources.get(host),
             by_name,
-            claims,
+            claimed.get(node_plan["node"]),
             facts.get(host),
             services.get(host),
         )
@@ -468,10 +478,7 @@ def resplit_refusals(diff, policy="refuse", host_processes="refuse"):
 
 def still_holding(pods, diff):
     """The holders of the diff that are still there: same namespace, name and uid, not finished."""
-    live = {}
-    for pod in _list(pods, "pods"):
-        meta = (pod or {}).get("metadata") or {}
-        live[(meta.get("namespace"), meta.get("name"))] = pod
+    live = _pods_by_name(pods)
     out = []
     for holder in _mapping(diff, "diff").get("holders") or []:
         pod = live.get((holder["namespace"], holder["name"]))

@@ -42,7 +42,7 @@ def test_a_setting_that_is_no_path_is_refused_by_name(bad):
         FilterModule().filters()["out_dir"](bad)
 
 
-OUTPUT_ROLES = ("gpu_verify", "dra_driver", "gpu_resplit")
+OUTPUT_ROLES = ("gpu_verify", "dra_driver")
 
 
 @pytest.mark.parametrize("role", OUTPUT_ROLES)
