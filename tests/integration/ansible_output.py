@@ -48,6 +48,23 @@ def ansible_module(host: str, module: str, args: str, inventory, timeout: int = 
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"][host]
 
 
+def inventory_copy(tmp_path: Path, edit, order=None) -> Path:
+    """A copy of the lab inventory with ``edit(gpu_nodes hosts)`` applied, the hosts in ``order`` if given."""
+    import shutil
+
+    import yaml
+
+    dest = tmp_path / "inventory"
+    shutil.copytree(ROOT / "inventory" / "lab", dest)
+    doc = yaml.safe_load((dest / "hosts.yml").read_text())
+    hosts = doc["all"]["children"]["gpu_nodes"]["hosts"]
+    edit(hosts)
+    if order:
+        doc["all"]["children"]["gpu_nodes"]["hosts"] = {h: hosts[h] for h in order}
+    (dest / "hosts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
+    return dest
+
+
 def recap(output: str) -> dict[str, dict[str, int]]:
     """PLAY RECAP as {host: {ok, changed, unreachable, failed, skipped, rescued, ignored}}."""
     out = {}

@@ -9,13 +9,11 @@ gets a GPU; the node is re-planned so that exactly that GPU goes to the host.
 from __future__ import annotations
 
 import json
-import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
-import yaml
-from ansible_output import ansible_module, ansible_playbook
+from ansible_output import ansible_module, ansible_playbook, inventory_copy
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
@@ -54,13 +52,8 @@ def index_of(gpu_uuid: str) -> int:
     return next(g["index"] for g in dgx_facts()["gpus"] if g["uuid"] == gpu_uuid)
 
 
-def inventory_with(tmp_path: Path, split: dict, name: str = "inventory") -> Path:
-    dest = tmp_path / name
-    subprocess.run(["cp", "-r", str(INVENTORY), str(dest)], check=True)
-    doc = yaml.safe_load((dest / "hosts.yml").read_text())
-    doc["all"]["children"]["gpu_nodes"]["hosts"][NODE]["gpusplit_split"] = split
-    (dest / "hosts.yml").write_text(yaml.safe_dump(doc))
-    return dest
+def inventory_with(tmp_path: Path, split: dict) -> Path:
+    return inventory_copy(tmp_path, lambda hosts: hosts[NODE].update(gpusplit_split=split))
 
 
 def gpu_pod(ns: str, name: str, labels: dict | None = None) -> dict:

@@ -10,12 +10,10 @@ the same inventory changes, keeps its old one.
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
-import yaml
-from ansible_output import ansible_playbook, recap
+from ansible_output import ansible_playbook, inventory_copy, recap
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
@@ -37,16 +35,12 @@ def visible(ds: dict) -> str:
 
 
 def rollout_inventory(tmp_path: Path) -> Path:
-    dest = tmp_path / "inventory"
-    shutil.copytree(INVENTORY, dest)
-    doc = yaml.safe_load((dest / "hosts.yml").read_text())
-    hosts = doc["all"]["children"]["gpu_nodes"]["hosts"]
-    hosts["lab-dgx-01"]["gpusplit_split"] = {"host_count": 3}  # batch 2: applied
-    hosts["lab-h200-01"]["gpusplit_lab_fixture"] = "workstation"  # batch 2: will not verify
-    hosts["lab-ssh-01"]["gpusplit_split"] = {"host_count": 0}  # batch 3: never reached
-    doc["all"]["children"]["gpu_nodes"]["hosts"] = {h: hosts[h] for h in ORDER}
-    (dest / "hosts.yml").write_text(yaml.safe_dump(doc, sort_keys=False))
-    return dest
+    def edit(hosts):
+        hosts["lab-dgx-01"]["gpusplit_split"] = {"host_count": 3}  # batch 2: applied
+        hosts["lab-h200-01"]["gpusplit_lab_fixture"] = "workstation"  # batch 2: will not verify
+        hosts["lab-ssh-01"]["gpusplit_split"] = {"host_count": 0}  # batch 3: never reached
+
+    return inventory_copy(tmp_path, edit, order=ORDER)
 
 
 @pytest.fixture

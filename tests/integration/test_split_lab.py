@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import uuid
 from pathlib import Path
 from xml.etree import ElementTree
 
 import pytest
-import yaml
-from ansible_output import ansible_playbook, recap
+from ansible_output import ansible_playbook, inventory_copy, recap
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
@@ -51,16 +49,6 @@ def writes(kubectl, resources=("daemonsets", "nodes", "namespaces")) -> int:
 def plugin_daemonsets(kubectl) -> dict[str, dict]:
     items = kubectl.json("get", "daemonsets", "-A", "-l", PLUGIN_SELECTOR)["items"]
     return {d["metadata"]["name"]: d for d in items}
-
-
-def inventory_copy(tmp_path: Path, edit) -> Path:
-    """A copy of the lab inventory with `edit(hosts_doc)` applied."""
-    dest = tmp_path / "inventory"
-    shutil.copytree(INVENTORY, dest)
-    doc = yaml.safe_load((dest / "hosts.yml").read_text())
-    edit(doc["all"]["children"]["gpu_nodes"]["hosts"])
-    (dest / "hosts.yml").write_text(yaml.safe_dump(doc))
-    return dest
 
 
 @pytest.fixture(scope="module")
