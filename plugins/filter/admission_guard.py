@@ -10,9 +10,11 @@ See plugins/plugin_utils/admission_guard.py (the policies) and plugins/plugin_ut
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import admission_guard as guard_lib
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import guard_report as report_lib
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
+
+guard_lib = lazy("plugin_utils.admission_guard")
+report_lib = lazy("plugin_utils.guard_report")
 
 
 def admission_guard_policies(settings):
@@ -38,12 +40,14 @@ def guard_report_table(report):
     return report_lib.report_table(report)
 
 
+def refusals():
+    """The exception types this file's filters refuse with, and their titles."""
+    return {
+        guard_lib.LintError: "gpusplit admission guard",
+        report_lib.GuardReportError: "gpusplit guard report",
+    }
+
+
 class FilterModule:
     def filters(self):
-        return wrap_filters(
-            (admission_guard_policies, guard_privileged_report, guard_report_table),
-            {
-                guard_lib.LintError: "gpusplit admission guard",
-                report_lib.GuardReportError: "gpusplit guard report",
-            },
-        )
+        return wrap_filters((admission_guard_policies, guard_privileged_report, guard_report_table), refusals)

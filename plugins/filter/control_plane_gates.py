@@ -14,34 +14,35 @@ plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import health
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.flag_values import FlagEditError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gate_preflight import (
-    runtime_config_on,
-)
-from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.static_pod import (
-    version_from_manifest,
-)
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import version_from_version_output
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.control_plane_detect import detect_control_plane
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
-REFUSALS = {FlagEditError: None, health.HealthError: None}  # titled by the filter name
+health = lazy("module_utils._control_plane.health")
+_flag_values = lazy("module_utils._control_plane.flag_values")
+_gate_preflight = lazy("module_utils._control_plane.gate_preflight")
+_static_pod = lazy("module_utils._control_plane.static_pod")
+_versions = lazy("module_utils._k8s.versions")
+_control_plane_detect = lazy("plugin_utils.control_plane_detect")
+
+
+def refusals():
+    """The exception types this file's filters refuse with, and their titles (None: titled by the filter name)."""
+    return {_flag_values.FlagEditError: None, health.HealthError: None}
 
 
 def cp_detect(hints):
     """detect_control_plane(hints): kubeadm | k3s | rke2 | managed | unknown, with the reason."""
-    return detect_control_plane(dict(hints or {}))
+    return _control_plane_detect.detect_control_plane(dict(hints or {}))
 
 
 def cp_manifest_version(text):
     """Kubernetes version from a static-pod manifest's image tag (None when the tag is no version)."""
-    return version_from_manifest(str(text))
+    return _static_pod.version_from_manifest(str(text))
 
 
 def cp_version_output(text):
     """Kubernetes version from ``<binary> --version`` output (kube-apiserver, k3s, rke2)."""
-    return version_from_version_output(str(text or ""))
+    return _versions.version_from_version_output(str(text or ""))
 
 
 def cp_enabled_api_versions(runtime_config):
@@ -49,7 +50,7 @@ def cp_enabled_api_versions(runtime_config):
     return sorted(
         key
         for key, value in (runtime_config or {}).items()
-        if key.count("/") == 1 and not key.startswith("api/") and runtime_config_on(value)
+        if key.count("/") == 1 and not key.startswith("api/") and _gate_preflight.runtime_config_on(value)
     )
 
 
@@ -84,5 +85,5 @@ class FilterModule:
                 cp_enabled_api_versions,
                 cp_component_error,
             ),
-            REFUSALS,
+            refusals,
         )

@@ -13,8 +13,11 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import fleet_outputs
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
+
+fleet_outputs = lazy("plugin_utils.fleet_outputs")
+
 
 # inventory variable -> planner key; the defaults are those of the roles' argument specs
 FLEET_VARS = {

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import fleet_svg as fleet_svg_lib
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
+
+fleet_svg_lib = lazy("plugin_utils.fleet_svg")
 
 
 def fleet_svg(report, plan, title="gpusplit fleet"):

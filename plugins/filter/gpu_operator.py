@@ -11,15 +11,22 @@ Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gp
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator, gpu_operator_checks, render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
-REFUSALS = {
-    gpu_operator.OperatorError: "gpusplit GPU Operator mode",
-    planner.PlanError: "gpusplit split plan",
-    render.RenderError: "gpusplit render",
-}
+planner = lazy("module_utils._split.planner")
+gpu_operator = lazy("plugin_utils.gpu_operator")
+gpu_operator_checks = lazy("plugin_utils.gpu_operator_checks")
+render = lazy("plugin_utils.render")
+
+
+def refusals():
+    """The exception types this file's filters refuse with, and their titles."""
+    return {
+        gpu_operator.OperatorError: "gpusplit GPU Operator mode",
+        planner.PlanError: "gpusplit split plan",
+        render.RenderError: "gpusplit render",
+    }
 
 
 def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None, nodes=None, daemonsets=None):
@@ -59,4 +66,4 @@ class FilterModule:
             colliding_plugins,
             operator_plugin_pods,
         )
-        return wrap_filters(funcs, REFUSALS)
+        return wrap_filters(funcs, refusals)

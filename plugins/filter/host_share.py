@@ -9,10 +9,15 @@ Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gp
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import host_share as host_share_lib
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
-REFUSALS = {host_share_lib.HostShareError: "gpusplit host share"}
+host_share_lib = lazy("plugin_utils.host_share")
+
+
+def refusals():
+    """The exception types this file's filters refuse with, and their titles."""
+    return {host_share_lib.HostShareError: "gpusplit host share"}
 
 
 def host_share(plan, services=None, root="/"):
@@ -27,4 +32,4 @@ def stale_dropins(found_paths, share):
 
 class FilterModule:
     def filters(self):
-        return wrap_filters((host_share, stale_dropins), REFUSALS)
+        return wrap_filters((host_share, stale_dropins), refusals)

@@ -9,8 +9,10 @@ Documented in plugins/filter/out_dir.yml (ansible-doc -t filter gpusplit.k8s.out
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import out_dir as _out_dir
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
+
+_out_dir = lazy("plugin_utils.out_dir")
 
 
 def out_dir(setting=None):

@@ -14,9 +14,12 @@ plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, resplit
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra import render as dra_render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
+
+render = lazy("plugin_utils.render")
+resplit = lazy("plugin_utils.resplit")
+dra_render = lazy("plugin_utils._dra.render")
 
 
 def resplit_diff(plan, hostvars, daemonsets=None, taint_rules=None, pods=None, claims=None):

@@ -12,12 +12,17 @@ Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gp
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.split_table import fleet_table
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
-REFUSALS = {planner.PlanError: "gpusplit split plan", render.RenderError: "gpusplit render"}
+planner = lazy("module_utils._split.planner")
+render = lazy("plugin_utils.render")
+_split_table = lazy("plugin_utils.split_table")
+
+
+def refusals():
+    """The exception types this file's filters refuse with, and their titles."""
+    return {planner.PlanError: "gpusplit split plan", render.RenderError: "gpusplit render"}
 
 
 def node_plan(facts, host, mode, split=None, mig_strategy="none", exclude_unhealthy=True, node_name=None):
@@ -32,7 +37,7 @@ def fleet_plan(hosts):
 
 def plan_table(plan):
     """A fixed-width table of a fleet plan (or node plan)."""
-    return fleet_table(plan)
+    return _split_table.fleet_table(plan)
 
 
 def render_daemonsets(plan, settings=None):
@@ -108,4 +113,4 @@ class FilterModule:
             split_daemonset_name,
             resolve_plugin_settings,
         )
-        return wrap_filters(funcs, REFUSALS)
+        return wrap_filters(funcs, refusals)

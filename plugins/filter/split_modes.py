@@ -15,10 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split import modes
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
-REFUSALS = {GpusplitError: "gpusplit split modes"}
+modes = lazy("module_utils._split.modes")
+
+
+def refusals():
+    """The exception types this file's filters refuse with, and their titles."""
+    return {GpusplitError: "gpusplit split modes"}
 
 
 def split_modes(where=None):
@@ -35,4 +40,4 @@ def split_modes(where=None):
 
 class FilterModule:
     def filters(self):
-        return wrap_filters((split_modes,), REFUSALS)
+        return wrap_filters((split_modes,), refusals)

@@ -10,11 +10,17 @@ Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gp
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, stock_plugin
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
-REFUSALS = {planner.PlanError: "gpusplit split plan", render.RenderError: "gpusplit render"}
+planner = lazy("module_utils._split.planner")
+render = lazy("plugin_utils.render")
+stock_plugin = lazy("plugin_utils.stock_plugin")
+
+
+def refusals():
+    """The exception types this file's filters refuse with, and their titles."""
+    return {planner.PlanError: "gpusplit split plan", render.RenderError: "gpusplit render"}
 
 
 def stock_plugin_helm_releases(daemonsets):
@@ -35,5 +41,5 @@ def stock_plugin_pods(pods, plan):
 class FilterModule:
     def filters(self):
         return wrap_filters(
-            (stock_plugin_helm_releases, stock_plugin_pod_queries, stock_plugin_pods), REFUSALS
+            (stock_plugin_helm_releases, stock_plugin_pod_queries, stock_plugin_pods), refusals
         )

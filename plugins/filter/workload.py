@@ -9,10 +9,15 @@ Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gp
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
-REFUSALS = {workload.WorkloadError: "gpusplit gang job"}
+workload = lazy("plugin_utils.workload")
+
+
+def refusals():
+    """The exception types this file's filters refuse with, and their titles."""
+    return {workload.WorkloadError: "gpusplit gang job"}
 
 
 def gang_job(spec, version="1.37"):
@@ -22,4 +27,4 @@ def gang_job(spec, version="1.37"):
 
 class FilterModule:
     def filters(self):
-        return wrap_filters((gang_job,), REFUSALS)
+        return wrap_filters((gang_job,), refusals)

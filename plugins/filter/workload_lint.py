@@ -16,24 +16,31 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_lint as workload_lint_lib
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.manifest_files import ManifestError, read_manifests
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
+
+workload_lint_lib = lazy("plugin_utils.workload_lint")
+_manifest_files = lazy("plugin_utils.manifest_files")
+
+# stands for the library's DEFAULT_ALLOWED_NAMESPACES, which is not imported before the filter runs
+_DEFAULT_NAMESPACES = object()
 
 
 def workload_manifests(paths, field="paths"):
     """[object] of the YAML files that ``paths`` (a path or glob, or a list of them) names."""
-    return read_manifests(paths, field=field)
+    return _manifest_files.read_manifests(paths, field=field)
 
 
 def workload_lint(
     manifests,
-    allowed_namespaces=workload_lint_lib.DEFAULT_ALLOWED_NAMESPACES,
+    allowed_namespaces=_DEFAULT_NAMESPACES,
     gpu_taint=None,
     default_namespace="default",
     check_env_from=True,
 ):
     """[finding] (object, container, rule, severity, message, fix) for the manifests."""
+    if allowed_namespaces is _DEFAULT_NAMESPACES:
+        allowed_namespaces = workload_lint_lib.DEFAULT_ALLOWED_NAMESPACES
     return workload_lint_lib.lint(
         manifests,
         allowed_namespaces=allowed_namespaces,
@@ -55,12 +62,16 @@ def admission_guard_objects(settings):
         raise AnsibleFilterError(f"gpusplit admission guard refused: {exc}") from None
 
 
+def refusals():
+    """The exception types this file's filters refuse with, and their titles."""
+    return {
+        _manifest_files.ManifestError: "gpusplit workload manifests",
+        workload_lint_lib.LintError: "gpusplit workload lint",
+    }
+
+
 class FilterModule:
     def filters(self):
         return wrap_filters(
-            (workload_manifests, workload_lint, lint_table, admission_guard_objects),
-            {
-                ManifestError: "gpusplit workload manifests",
-                workload_lint_lib.LintError: "gpusplit workload lint",
-            },
+            (workload_manifests, workload_lint, lint_table, admission_guard_objects), refusals
         )

@@ -27,7 +27,6 @@ import os
 import traceback
 from pathlib import Path
 
-import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
@@ -57,6 +56,8 @@ def documented_options(name):
     path = FILTER_DIR / f"{name}.yml"
     if not path.is_file():
         return {}
+    import yaml  # only when a filter failed
+
     doc = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     return (doc.get("DOCUMENTATION") or {}).get("options") or {}
 
@@ -137,7 +138,9 @@ def _why(name, signature, args, kwargs, exc):
 
 
 def wrap(func, refusals=None):
-    """``func`` raising AnsibleFilterError for the exception types in ``refusals`` ({type: title}).
+    """``func`` raising AnsibleFilterError for the exception types in ``refusals`` ({type: title},
+    or a function that returns it: the filter files import their libraries at first use, so their
+    exception types are looked up when a filter first fails, not when the file is loaded).
 
     The first matching type (in the order given) names the refusal; a title of None uses the
     filter's own name as a playbook spells it (``gpusplit.k8s.<name>``). Any other
@@ -146,24 +149,29 @@ def wrap(func, refusals=None):
     not check) is turned into the arguments that do not have their documented shape, or else every
     argument's type and where it failed; never Python's own text.
     """
-    refusals = {**(refusals or {})}
-    refusals.setdefault(GpusplitError, None)
-    kinds = tuple(refusals)
     name = func.__name__
     signature = inspect.signature(func)
+
+    @functools.cache
+    def titles():
+        table = {**((refusals() if callable(refusals) else refusals) or {})}
+        table.setdefault(GpusplitError, None)
+        return table
 
     @functools.wraps(func)
     def run(*args, **kwargs):
         fallback = f"gpusplit.k8s.{name}"
         try:
             return func(*args, **kwargs)
-        except kinds as exc:  # pylint: disable=catching-non-exception
-            title = next(t for k, t in refusals.items() if isinstance(exc, k))
-            raise AnsibleFilterError(refusal_text(title or fallback, exc)) from None
-        except BUGS as exc:
-            raise AnsibleFilterError(
-                refusal_text(fallback, GpusplitError(_why(name, signature, args, kwargs, exc)))
-            ) from None
+        except Exception as exc:
+            for kind, title in titles().items():
+                if isinstance(exc, kind):
+                    raise AnsibleFilterError(refusal_text(title or fallback, exc)) from None
+            if isinstance(exc, BUGS):
+                raise AnsibleFilterError(
+                    refusal_text(fallback, GpusplitError(_why(name, signature, args, kwargs, exc)))
+                ) from None
+            raise
 
     return run
 
