@@ -88,6 +88,18 @@ options:
   dropin_marker:
     description: Only a file with a line that starts with this text is removed.
     type: str
+  state_path:
+    description:
+      - Where to record what this run left on the host (outside check mode): O(state_digest) and the SHA-256 of
+        each file the module manages and of the gpusplit drop-ins found under O(dropin_dir). The module
+        M(gpusplit.k8s.nvidia_gpu_facts) reads it back (its O(gpusplit.k8s.nvidia_gpu_facts#module:host_state_path))
+        and the role C(gpusplit.k8s.gpu_host) skips this module on a host whose record holds this run's digest and
+        whose files are as recorded (docs/performance.md). With O(state_digest). Leave out to record nothing.
+      - A record that cannot be written is a warning, not a failure (the next run then runs the module).
+    type: path
+  state_digest:
+    description: The controller's digest of everything this call is made from (role C(gpusplit.k8s.gpu_host)).
+    type: str
 notes:
   - Supports check mode and diff mode; the diff holds one before/after per changed file.
   - Runs on the host's Python 3.8 or later with the standard library only.
@@ -140,11 +152,16 @@ dropins_changed:
   description: Whether a drop-in was written or removed (systemd needs a daemon-reload).
   returned: always
   type: bool
+state:
+  description: With O(state_path) outside check mode, the record written (C(digest), C(files), C(scan)).
+  returned: when O(state_path) is set and the module is not in check mode
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import host_state
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files import DROPIN_NAME, host_files
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.toolkit_config import HARDENING_SETTINGS
 
@@ -173,13 +190,38 @@ def main():
             dropin_dir=dict(type="path"),
             dropin_name=dict(type="str", default=DROPIN_NAME),
             dropin_marker=dict(type="str"),
+            state_path=dict(type="path"),
+            state_digest=dict(type="str"),
         ),
-        required_together=[("env_path", "env_content"), ("dropin_dir", "dropin_marker")],
+        required_together=[
+            ("env_path", "env_content"),
+            ("dropin_dir", "dropin_marker"),
+            ("state_path", "state_digest"),
+        ],
         supports_check_mode=True,
     )
     with fail_on_refusal(module, changed=False):
         result = host_files(module, module.params, check_mode=module.check_mode, with_diff=module._diff)
+    if module.params["state_path"] and not module.check_mode:
+        try:
+            result["state"] = record_state(module.params)
+        except host_state.HostStateError as exc:
+            module.warn(str(exc))
     module.exit_json(**result)
+
+
+def record_state(params):
+    """The record of what this run left: every file the module manages, and the drop-in folder's scan."""
+    files = [params[key] for key in ("toolkit_path", "env_path") if params.get(key)]
+    files += [item["path"] for item in params["dropins"] or []]
+    scan = None
+    if params.get("dropin_dir"):
+        scan = {
+            "dir": params["dropin_dir"],
+            "name": params.get("dropin_name") or DROPIN_NAME,
+            "marker": params["dropin_marker"],
+        }
+    return host_state.record(params["state_path"], params["state_digest"], files, scan=scan)
 
 
 if __name__ == "__main__":

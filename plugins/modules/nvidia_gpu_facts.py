@@ -74,6 +74,28 @@ options:
         The result's C(nvml_binding) tells either way.
     type: bool
     default: true
+  pod_resources_socket:
+    description:
+      - Also read, in the same call, which pods hold which GPUs from the kubelet's pod-resources API on this socket
+        (what M(gpusplit.k8s.gpu_pod_resources) reads), and return it as RV(pod_resources). Not read when unset.
+      - The role C(gpusplit.k8s.gpu_discovery) sets it, so that a run of C(site.yml) reads the GPUs and their
+        holders with one module execution per host (docs/performance.md).
+      - Never fails the module. A missing socket (no kubelet yet) gives RV(pod_resources.available=false); any
+        other failure is returned in RV(pod_resources.error), and the role C(gpusplit.k8s.gpu_resplit) asks again
+        with M(gpusplit.k8s.gpu_pod_resources), which fails with the reason.
+    type: path
+  pod_resources_timeout:
+    description:
+      - Seconds for the pod-resources call, connecting included.
+    type: float
+    default: 10
+  host_state_path:
+    description:
+      - Also read back, in the same call, the record that M(gpusplit.k8s.gpu_host_files) left on the host
+        (its O(gpusplit.k8s.gpu_host_files#module:state_path)), and look at the files it lists again; returned as
+        RV(host_state). The role C(gpusplit.k8s.gpu_host) skips gpu_host_files on a host whose record holds this
+        run's digest and whose files are as recorded (docs/performance.md). Not read when unset.
+    type: path
 notes:
   - Supports C(check_mode) (the module never changes anything).
   - GPU indices are not stable across reboots; use C(uuid) or C(pci_bus_id) to name a GPU.
@@ -231,6 +253,21 @@ nvml_binding:
   returned: always
   type: dict
   sample: {importable: false, python: /usr/bin/python3, error: "No module named 'pynvml'"}
+pod_resources:
+  description:
+    - With O(pod_resources_socket), the kubelet's pod-resources answer, as M(gpusplit.k8s.gpu_pod_resources) returns
+      it (C(available), C(socket), C(pods), C(holders)); with C(error) instead when it could not be read.
+  returned: when O(pod_resources_socket) is set
+  type: dict
+  sample: {available: true, socket: /var/lib/kubelet/pod-resources/kubelet.sock, pods: [], holders: []}
+host_state:
+  description:
+    - With O(host_state_path), the record read back: C(path), C(digest), C(intact) (every file it lists is as it
+      was left, and no other gpusplit drop-in appeared) and C(differs) (the files that are not). Null when there is
+      no readable record (a host gpusplit has not written yet).
+  returned: when O(host_state_path) is set
+  type: dict
+  sample: {path: /etc/gpusplit/host-state.json, digest: 5f1d..., intact: true, differs: []}
 """
 
 import importlib
@@ -239,7 +276,7 @@ import sys
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import deadline
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import smi as gpu_smi
@@ -250,6 +287,8 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import (
     HEALTH_OK,
     GpuFactsError,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import host_state
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import pod_resources as host_pod_resources
 
 ARGUMENT_SPEC = {
     "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia-smi"]},
@@ -259,6 +298,9 @@ ARGUMENT_SPEC = {
     "sysfs_root": {"type": "path", "default": "/sys"},
     "timeout": {"type": "float", "default": deadline.DEFAULT_TIMEOUT},
     "fallback_warning": {"type": "bool", "default": True},
+    "pod_resources_socket": {"type": "path"},
+    "pod_resources_timeout": {"type": "float", "default": host_pod_resources.DEFAULT_TIMEOUT},
+    "host_state_path": {"type": "path"},
 }
 
 
@@ -434,11 +476,30 @@ def gather(params, io):
     }
 
 
+def read_holders(params):
+    """The kubelet's pod-resources answer when ``pod_resources_socket`` is set (None otherwise). A
+    failure is returned, not raised: the GPU facts stand without it (``error``, the reason)."""
+    socket = params.get("pod_resources_socket")
+    if not socket:
+        return None
+    try:
+        return host_pod_resources.read_pod_resources(
+            socket_path=socket, timeout=params["pod_resources_timeout"], missing_ok=True
+        )
+    except GpusplitError as exc:
+        return {"available": False, "socket": socket, "pods": [], "holders": [], "error": str(exc)}
+
+
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     with fail_on_refusal(module):
         timeout = deadline.check_timeout(module.params["timeout"])
         result = gather(module.params, HostIO(module, timeout))
+    holders = read_holders(module.params)
+    if holders is not None:
+        result["pod_resources"] = holders
+    if module.params["host_state_path"]:
+        result["host_state"] = host_state.read_state(module.params["host_state_path"])
     for warning in result.pop("warnings"):
         module.warn(warning)
     module.exit_json(**result)

@@ -30,6 +30,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import (
     normalize_uuid,
     pci_sort_key,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import STATE_NAME
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import SHARE_NONE, get_mode
 
 MARKER = "# Managed by gpusplit (gpusplit.k8s.gpu_host)."
@@ -256,6 +257,8 @@ def host_share(plan, services=None, root="/"):
         "env_dir": env_dir,
         "env_path": posixpath.join(env_dir, ENV_NAME),
         "env_text": "\n".join(env_lines) + "\n",
+        # what gpu_host_files left here last (module_utils/_host/host_state.py)
+        "state_path": posixpath.join(env_dir, STATE_NAME),
         "systemd_dir": systemd_dir,
         "dropin_name": DROPIN_NAME,
         "dropin_text": "\n".join(dropin_lines) + "\n",

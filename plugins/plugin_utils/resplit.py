@@ -24,6 +24,7 @@ prints it; ``resplit_refusals`` says what the chosen policy refuses; ``fence_obj
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DRIVER, device_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
@@ -572,12 +573,26 @@ def batch_size(value, total):
 
 
 POD_RESOURCES_VAR = "gpu_resplit_pod_resources"
+# the discovery's result: nvidia_gpu_facts reads the pod resources in the same call (role gpu_discovery)
+DISCOVERY_VAR = "gpu_discovery_result"
+
+
+def pod_resources_of(hostvars_of_host):
+    """The host's pod-resources answer of this run: gpu_resplit's own reading where it asked again,
+    else the one the discovery read in the same call; None where neither has one."""
+    answer = hostvars_of_host.get(POD_RESOURCES_VAR)
+    if isinstance(answer, Mapping) and not answer.get("skipped"):
+        return answer
+    found = (hostvars_of_host.get(DISCOVERY_VAR) or {}).get("pod_resources")
+    if isinstance(found, Mapping) and not found.get("error"):
+        return found
+    return None
 
 
 def resplit_from_inventory(plan, hostvars, daemonsets=None, taint_rules=None, pods=None, claims=None):
     """resplit_diff with each planned host's inputs taken from its variables.
 
-    Per host of the plan: the registered pod-resources answer (``gpu_resplit_pod_resources``), the
+    Per host of the plan: the pod-resources answer (pod_resources_of), the
     GPU facts (``nvidia_gpus``) and ``gpusplit_host_services``. The result also carries ``table``
     (resplit_table), ``fence_hosts`` and ``dra_fence`` (dra_fence_devices).
     """
@@ -589,8 +604,8 @@ def resplit_from_inventory(plan, hostvars, daemonsets=None, taint_rules=None, po
                 f"host {host!r} of the plan is not in the inventory (hostvars has no such host)"
             )
         hv = hostvars[host]
-        answer = hv.get(POD_RESOURCES_VAR)
-        if isinstance(answer, dict) and not answer.get("skipped"):
+        answer = pod_resources_of(hv)
+        if answer is not None:
             pod_resources[host] = answer
         found = (hv.get("ansible_facts") or {}).get("nvidia_gpus", hv.get("nvidia_gpus"))
         if found is not None:

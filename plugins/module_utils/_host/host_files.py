@@ -31,6 +31,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     read_text,
     write_atomic,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import find_managed_dropins
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.toolkit_config import (
     TomlEditError,
     edit_config,
@@ -180,29 +181,6 @@ def file_entry(kind, path, content, unit=None):
         entry["unit"] = unit
     entry["changed"] = entry["action"] != "none"
     return entry
-
-
-def find_managed_dropins(directory, name, marker):
-    """Files called ``name`` in ``directory`` or one level below it that hold a line starting with ``marker``."""
-    found = []
-    if not os.path.isdir(directory):
-        return found
-    candidates = [os.path.join(directory, name)]
-    for sub in sorted(os.listdir(directory)):
-        full = os.path.join(directory, sub)
-        if os.path.isdir(full) and not os.path.islink(full):
-            candidates.append(os.path.join(full, name))
-    for path in candidates:
-        if not os.path.isfile(path):
-            continue
-        try:
-            with open(path, "rb") as handle:
-                lines = handle.read().decode("utf-8", "replace").splitlines()
-        except OSError:
-            continue
-        if any(line.startswith(marker) for line in lines):
-            found.append(path)
-    return found
 
 
 def toolkit_entry(params):

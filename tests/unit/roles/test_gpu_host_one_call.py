@@ -150,3 +150,72 @@ def test_one_host_side_module_call_per_host_on_every_run(play):
     for name in HOSTS:
         assert (roots / name / "etc" / "gpusplit" / "host-gpus.env").read_text().startswith(MARKER)
     assert not (roots / "untouched" / "etc" / "nvidia-container-runtime").exists()
+
+
+# the discovery's reading of what the last run left (role gpu_discovery: nvidia_gpu_facts with
+# host_state_path, registered as gpu_discovery_result), then the role
+PLAYBOOK_WITH_RECORD = """
+- hosts: all
+  gather_facts: false
+  tasks:
+    - name: Read back what the last run left (as the discovery does)
+      gpusplit.k8s.nvidia_gpu_facts:
+        host_state_path: "{{ gpusplit_host_root }}/etc/gpusplit/host-state.json"
+      environment:
+        PATH: /usr/bin:/bin
+      register: gpu_discovery_result
+
+    - name: Apply gpu_host
+      ansible.builtin.include_role:
+        name: gpusplit.k8s.gpu_host
+      vars:
+        gpusplit_node_plan: >-
+          {{ facts | gpusplit.k8s.node_plan(inventory_hostname, mode, {'host_count': 1} if mode != 'none' else none) }}
+        gpusplit_plugin_settings: {hardening: volume-mounts}
+"""
+HOST_SIDE = "gpusplit.k8s.gpu_host : Check and write the host side of the split (toolkit keys, host-gpus.env, drop-ins, stale drop-ins)"
+
+
+def host_side_runs(counts):
+    return counts["by_task"].get(HOST_SIDE, 0)
+
+
+def test_an_unchanged_host_skips_the_host_side_and_a_hand_edit_brings_it_back(play):
+    run, tmp_path = play
+    (tmp_path / "play.yml").write_text(PLAYBOOK_WITH_RECORD)
+    roots = tmp_path / "roots"
+    counts, _ = run()
+    assert host_side_runs(counts) == len(HOSTS)
+    for name in HOSTS:
+        record = json.loads((roots / name / "etc" / "gpusplit" / "host-state.json").read_text())
+        assert str(roots / name / "etc" / "gpusplit" / "host-gpus.env") in record["files"]
+    # unchanged: each host costs the discovery's module call only, in check mode too
+    for args in ((), ("--check", "--diff")):
+        counts, stdout = run(*args)
+        assert host_side_runs(counts) == 0, (args, counts)
+        assert counts["host_side"] == dict.fromkeys(HOSTS, 1)
+        assert sum(s["changed"] for s in counts["stats"].values()) == 0
+        assert "3 host(s) left as they are" in stdout
+    # a drop-in edited by hand, a toolkit key put back and a gpusplit drop-in written by hand for
+    # another unit: only those hosts run the host side again, and it puts everything back
+    dropin = roots / "services" / "etc" / "systemd" / "system" / "trainer.service.d" / "50-gpusplit.conf"
+    dropin.write_text(dropin.read_text() + "Environment=CUDA_VISIBLE_DEVICES=all\n")
+    config = roots / "hardened" / "etc" / "nvidia-container-runtime" / "config.toml"
+    config.write_text(config.read_text().replace("envvar-when-unprivileged = false", "envvar-when-unprivileged = true"))
+    stray = roots / "untouched" / "etc" / "systemd" / "system" / "web.service.d" / "50-gpusplit.conf"
+    stray.parent.mkdir(parents=True)
+    stray.write_text(MARKER + "\n[Service]\n")
+    counts, _ = run()
+    assert host_side_runs(counts) == 3
+    assert "CUDA_VISIBLE_DEVICES=all" not in dropin.read_text()
+    assert "envvar-when-unprivileged = false" in config.read_text()
+    assert not stray.exists()
+    counts, _ = run()
+    assert host_side_runs(counts) == 0
+    # a changed inventory (another host service) changes the digest: that host runs it
+    hosts = yaml.safe_load((tmp_path / "hosts.yml").read_text())
+    hosts["all"]["hosts"]["untouched"]["gpusplit_host_services"] = ["web.service"]
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    counts, _ = run()
+    assert counts["by_task"][HOST_SIDE] == 1
+    assert stray.read_text().startswith(MARKER)

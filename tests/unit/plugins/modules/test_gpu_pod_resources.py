@@ -101,3 +101,34 @@ def test_the_documentation_names_every_option_and_return():
         ["namespace", "pod", "container", "resource_name", "device_id"]
         + ["claim_name", "claim_namespace", "driver", "pool", "device"]
     )
+
+
+# The discovery module reads the same answer in its own call (option pod_resources_socket), so that a
+# run reaches each host with one module execution; a failure there is returned, never raised.
+def facts_holders(**params):
+    from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts
+
+    return nvidia_gpu_facts.read_holders({"pod_resources_timeout": 5.0, **params})
+
+
+def test_the_discovery_reads_the_same_answer_in_its_own_call(kubelet):
+    found = facts_holders(pod_resources_socket=kubelet)
+    assert found["available"] is True and found["pods"] == PODS and "error" not in found
+    assert [(h["pod"], h["device_id"]) for h in found["holders"]] == [("trainer-0", GPU)]
+
+
+def test_the_discovery_reads_nothing_without_a_socket():
+    assert facts_holders(pod_resources_socket=None) is None
+
+
+def test_the_discovery_takes_a_missing_socket_for_no_kubelet(tmp_path):
+    found = facts_holders(pod_resources_socket=str(tmp_path / "none.sock"))
+    assert found == {"available": False, "socket": str(tmp_path / "none.sock"), "pods": [], "holders": []}
+
+
+def test_the_discovery_returns_a_failure_with_its_reason(tmp_path):
+    not_a_socket = tmp_path / "kubelet.sock"
+    not_a_socket.write_text("")
+    found = facts_holders(pod_resources_socket=str(not_a_socket))
+    assert found["available"] is False and found["pods"] == [] and found["holders"] == []
+    assert str(not_a_socket) in found["error"]

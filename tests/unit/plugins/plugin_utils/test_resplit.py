@@ -218,3 +218,46 @@ def test_unknown_policies_are_refused():
         resplit.resplit_refusals({"nodes": []}, "drain")
     with pytest.raises(ResplitError, match="gpusplit_resplit_host_processes"):
         resplit.resplit_refusals({"nodes": []}, "refuse", "kill")
+
+
+@pytest.mark.parametrize(
+    ("host_vars", "want"),
+    [
+        # the discovery's reading in its own call
+        ({"gpu_discovery_result": {"pod_resources": answer(("a", "p", "2"))}}, answer(("a", "p", "2"))),
+        # gpu_resplit asked again (the discovery could not read them): its own answer counts
+        (
+            {
+                "gpu_discovery_result": {"pod_resources": {"available": False, "error": "permission denied"}},
+                "gpu_resplit_pod_resources": answer(("a", "q", "3")),
+            },
+            answer(("a", "q", "3")),
+        ),
+        # a skipped reading of gpu_resplit leaves the discovery's
+        (
+            {
+                "gpu_discovery_result": {"pod_resources": answer(("a", "p", "2"))},
+                "gpu_resplit_pod_resources": {"skipped": True},
+            },
+            answer(("a", "p", "2")),
+        ),
+        # a failed discovery reading is never taken for "nobody holds a GPU"
+        ({"gpu_discovery_result": {"pod_resources": {"available": False, "error": "timed out"}}}, None),
+        ({"gpu_discovery_result": {}}, None),
+        ({}, None),
+    ],
+)
+def test_the_pod_resources_of_a_host_come_from_the_discovery_or_a_second_reading(host_vars, want):
+    assert resplit.pod_resources_of(host_vars) == want
+
+
+def test_the_diff_from_the_inventory_takes_the_discoverys_reading():
+    old, new = plan_of({"host_count": 2}), plan_of({"host_indices": [0, 1, 5]})
+    hostvars = {
+        "node-a": {
+            "gpu_discovery_result": {"pod_resources": answer(("team", "train-0", uuid(5)))},
+            "gpusplit_host_services": [],
+        }
+    }
+    diff = resplit.resplit_from_inventory(new, hostvars, live_ds(old), pods=[pod("team", "train-0")])
+    assert diff["holders"] == [{"namespace": "team", "name": "train-0", "uid": "uid-train-0"}]
