@@ -201,7 +201,9 @@ def test_an_unchanged_host_skips_the_host_side_and_a_hand_edit_brings_it_back(pl
     dropin = roots / "services" / "etc" / "systemd" / "system" / "trainer.service.d" / "50-gpusplit.conf"
     dropin.write_text(dropin.read_text() + "Environment=CUDA_VISIBLE_DEVICES=all\n")
     config = roots / "hardened" / "etc" / "nvidia-container-runtime" / "config.toml"
-    config.write_text(config.read_text().replace("envvar-when-unprivileged = false", "envvar-when-unprivileged = true"))
+    config.write_text(
+        config.read_text().replace("envvar-when-unprivileged = false", "envvar-when-unprivileged = true")
+    )
     stray = roots / "untouched" / "etc" / "systemd" / "system" / "web.service.d" / "50-gpusplit.conf"
     stray.parent.mkdir(parents=True)
     stray.write_text(MARKER + "\n[Service]\n")

@@ -77,7 +77,9 @@ def test_no_readable_record_reads_as_none(tmp_path, text):
 def test_a_record_that_cannot_be_written_says_where(tmp_path):
     blocker = tmp_path / "etc"
     blocker.write_text("a file where the folder should be")
-    with pytest.raises(host_state.HostStateError, match=r"cannot record the applied state in .*host-state.json"):
+    with pytest.raises(
+        host_state.HostStateError, match=r"cannot record the applied state in .*host-state.json"
+    ):
         host_state.record(str(blocker / "gpusplit" / "host-state.json"), "d", [])
 
 
