@@ -90,9 +90,9 @@ options:
     type: str
   state_path:
     description:
-      - Where to record what this run left on the host (outside check mode): O(state_digest) and the SHA-256 of
+      - Where to record what this run left on the host (outside check mode), that is O(state_digest) and the SHA-256 of
         each file the module manages and of the gpusplit drop-ins found under O(dropin_dir). The module
-        M(gpusplit.k8s.nvidia_gpu_facts) reads it back (its O(gpusplit.k8s.nvidia_gpu_facts#module:host_state_path))
+        M(gpusplit.k8s.nvidia_gpu_facts) reads it back (its option C(host_state_path))
         and the role C(gpusplit.k8s.gpu_host) skips this module on a host whose record holds this run's digest and
         whose files are as recorded (docs/performance.md). With O(state_digest). Leave out to record nothing.
       - A record that cannot be written is a warning, not a failure (the next run then runs the module).

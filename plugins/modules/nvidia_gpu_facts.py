@@ -80,8 +80,8 @@ options:
         (what M(gpusplit.k8s.gpu_pod_resources) reads), and return it as RV(pod_resources). Not read when unset.
       - The role C(gpusplit.k8s.gpu_discovery) sets it, so that a run of C(site.yml) reads the GPUs and their
         holders with one module execution per host (docs/performance.md).
-      - Never fails the module. A missing socket (no kubelet yet) gives RV(pod_resources.available=false); any
-        other failure is returned in RV(pod_resources.error), and the role C(gpusplit.k8s.gpu_resplit) asks again
+      - Never fails the module. A missing socket (no kubelet yet) gives C(available=false) in RV(pod_resources); any
+        other failure is returned in its C(error), and the role C(gpusplit.k8s.gpu_resplit) asks again
         with M(gpusplit.k8s.gpu_pod_resources), which fails with the reason.
     type: path
   pod_resources_timeout:
@@ -92,7 +92,7 @@ options:
   host_state_path:
     description:
       - Also read back, in the same call, the record that M(gpusplit.k8s.gpu_host_files) left on the host
-        (its O(gpusplit.k8s.gpu_host_files#module:state_path)), and look at the files it lists again; returned as
+        (its option C(state_path)), and look at the files it lists again; returned as
         RV(host_state). The role C(gpusplit.k8s.gpu_host) skips gpu_host_files on a host whose record holds this
         run's digest and whose files are as recorded (docs/performance.md). Not read when unset.
     type: path
@@ -262,7 +262,7 @@ pod_resources:
   sample: {available: true, socket: /var/lib/kubelet/pod-resources/kubelet.sock, pods: [], holders: []}
 host_state:
   description:
-    - With O(host_state_path), the record read back: C(path), C(digest), C(intact) (every file it lists is as it
+    - With O(host_state_path), the record read back, with C(path), C(digest), C(intact) (every file it lists is as it
       was left, and no other gpusplit drop-in appeared) and C(differs) (the files that are not). Null when there is
       no readable record (a host gpusplit has not written yet).
   returned: when O(host_state_path) is set
