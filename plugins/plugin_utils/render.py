@@ -290,9 +290,26 @@ def render_template_per_node(template, variables, invariants):
     if shape is None:
         if len(_SHAPES) >= _SHAPES_MAX:
             _SHAPES.clear()
-        shape = render_template(template, **invariants, **{k: _placeholder(k) for k in variables})
+        obj = render_template(template, **invariants, **{k: _placeholder(k) for k in variables})
+        # the shape as JSON text, filled by replacing each placeholder's JSON string: C speed, the same
+        # result as _fill where the object goes through JSON unchanged and no mapping key is a
+        # placeholder (else _fill walks the object)
+        try:
+            text = json.dumps(obj)
+        except (TypeError, ValueError):
+            text = None
+        if text is not None and (
+            json.loads(text) != obj or any(f'"{_placeholder(k)}":' in text for k in variables)
+        ):
+            text = None
+        shape = (obj, text)
         _SHAPES[key] = shape
-    return _fill(shape, {_placeholder(k): str(v) for k, v in variables.items()})
+    obj, text = shape
+    if text is None:
+        return _fill(obj, {_placeholder(k): str(v) for k, v in variables.items()})
+    for k, v in variables.items():
+        text = text.replace(json.dumps(_placeholder(k)), json.dumps(str(v)))
+    return json.loads(text)
 
 
 # --------------------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ strings, so they all normalise through this module.
 
 from __future__ import annotations
 
+import functools
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
@@ -28,12 +29,24 @@ def to_text(value):
 
 def _pci_parts(value):
     text = to_text(value)
-    match = _PCI_RE.match(text.lower()) if text is not None else None
+    return None if text is None else _pci_parts_of_text(text)
+
+
+# A fleet's GPUs share a handful of bus ids (the same boards in every server): the planner reads each
+# of them thousands of times at fleet scale (tests/bench/test_bench_plan.py), so the parse is cached.
+@functools.lru_cache(maxsize=4096)
+def _pci_parts_of_text(text):
+    match = _PCI_RE.match(text.lower())
     if match is None:
         return None
     return (int(match.group("domain") or "0", 16),) + tuple(
         int(match.group(k), 16) for k in ("bus", "dev", "fn")
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _canonical_pci(parts):
+    return "{:08X}:{:02X}:{:02X}.{:X}".format(*parts)
 
 
 def normalize_pci_bus_id(value):
@@ -45,7 +58,7 @@ def normalize_pci_bus_id(value):
     parts = _pci_parts(value)
     if parts is None:
         return None
-    return "{:08X}:{:02X}:{:02X}.{:X}".format(*parts)
+    return _canonical_pci(parts)
 
 
 def require_pci_bus_id(value):
