@@ -24,6 +24,7 @@ import pwd
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import time
 from pathlib import Path
@@ -62,6 +63,19 @@ def missing_tools() -> list[str]:
     return missing
 
 
+def writable_by_others(path: Path) -> list[str]:
+    """The folders from ``path`` up to / that users other than their owner may write (as /tmp)."""
+    found = []
+    for folder in [path, *path.parents]:
+        try:
+            mode = folder.stat().st_mode
+        except OSError:
+            continue
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            found.append(str(folder))
+    return found
+
+
 def render_config(host: str = C.HOST, port: int = PORT, user: str = USER) -> str:
     """The sshd_config of the lab's SSH host: one address, keys only, one user."""
     return "\n".join(
@@ -80,8 +94,9 @@ def render_config(host: str = C.HOST, port: int = PORT, user: str = USER) -> str
             # no PAM: nothing of the system's login stack is read; the account has no password
             "UsePAM no",
             # the key files sit in the checkout: sshd checks that no one else can write them or
-            # the directories above them, as it does for ~/.ssh
-            "StrictModes yes",
+            # the directories above them, as it does for ~/.ssh; a checkout below a folder anyone may
+            # write (a clone in /tmp) would have every key refused, so there the check is off
+            f"StrictModes {'yes' if not writable_by_others(AUTHORIZED_KEYS.parent) else 'no'}",
             "X11Forwarding no",
             "AllowTcpForwarding no",
             "AllowAgentForwarding no",
