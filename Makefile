@@ -65,8 +65,10 @@ unit: venv
 integration: lab-build
 	$(BIN)/pytest -m integration tests
 
+# the lab's tests run in one pytest-xdist worker, one after the other, while the other workers take
+# the rest beside them (tests/conftest.py: LAB_FIXTURES)
 test: venv lab-build lint
-	$(BIN)/pytest --durations=20 tests
+	$(BIN)/pytest --numprocesses auto --maxprocesses 4 --dist loadgroup --durations=20 tests
 	$(BIN)/python tools/multi_python_tests.py
 
 # the managed-host modules' unit tests under every Python 3.8-3.13 this machine has

@@ -107,6 +107,18 @@ def _fail_skip_in_ci(report, path: Path) -> None:
     )
 
 
+# the fixtures that reach the lab: every test that uses one runs in one pytest-xdist worker, one after
+# the other in the order collected (the lab is one cluster), while the other workers take the rest
+LAB_FIXTURES = {"lab", "kubectl", "core_api", "generic_workload"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        in_lab = "integration" in Path(str(item.path)).parts or item.get_closest_marker("integration")
+        if in_lab or LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.xdist_group("lab"))
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):
     outcome = yield
