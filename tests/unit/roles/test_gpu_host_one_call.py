@@ -22,6 +22,7 @@ BIN = Path(sys.executable).parent
 COLLECTION_LINK = ROOT / ".collections" / "ansible_collections" / "gpusplit" / "k8s"
 TOOLKIT_FIXTURE = ROOT / "tests" / "fixtures" / "nvidia-container-toolkit" / "config.toml"
 MARKER = "# Managed by gpusplit (gpusplit.k8s.gpu_host)."
+HOST_SIDE = "gpusplit.k8s.gpu_host : Check and write the host side of the split (toolkit keys, host-gpus.env, drop-ins, stale drop-ins)"
 FACTS = [
     {
         "index": 0,
@@ -132,7 +133,7 @@ def play(tmp_path):
 
 def test_one_host_side_module_call_per_host_on_every_run(play):
     run, tmp_path = play
-    task = "gpusplit.k8s.gpu_host : Check and write the host side of the split (toolkit keys, host-gpus.env, drop-ins, stale drop-ins)"
+    task = HOST_SIDE
     for args, changed in (((), True), ((), False), (("--check", "--diff"), False)):
         counts, stdout = run(*args)
         assert counts["host_side"] == dict.fromkeys(HOSTS, 1), (args, counts)
@@ -154,26 +155,15 @@ def test_one_host_side_module_call_per_host_on_every_run(play):
 
 # the discovery's reading of what the last run left (role gpu_discovery: nvidia_gpu_facts with
 # host_state_path, registered as gpu_discovery_result), then the role
-PLAYBOOK_WITH_RECORD = """
-- hosts: all
-  gather_facts: false
-  tasks:
+READ_RECORD = """
     - name: Read back what the last run left (as the discovery does)
       gpusplit.k8s.nvidia_gpu_facts:
         host_state_path: "{{ gpusplit_host_root }}/etc/gpusplit/host-state.json"
       environment:
         PATH: /usr/bin:/bin
       register: gpu_discovery_result
-
-    - name: Apply gpu_host
-      ansible.builtin.include_role:
-        name: gpusplit.k8s.gpu_host
-      vars:
-        gpusplit_node_plan: >-
-          {{ facts | gpusplit.k8s.node_plan(inventory_hostname, mode, {'host_count': 1} if mode != 'none' else none) }}
-        gpusplit_plugin_settings: {hardening: volume-mounts}
 """
-HOST_SIDE = "gpusplit.k8s.gpu_host : Check and write the host side of the split (toolkit keys, host-gpus.env, drop-ins, stale drop-ins)"
+PLAYBOOK_WITH_RECORD = PLAYBOOK.replace("  tasks:\n", "  tasks:" + READ_RECORD, 1)
 
 
 def host_side_runs(counts):

@@ -17,6 +17,7 @@ from ansible_collections.gpusplit.k8s.plugins.filter import (
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
+from tests.gpufacts import h100
 
 
 def filters(module):
@@ -31,18 +32,7 @@ def refused(func, *args, **kwargs):
 
 
 def gpu(i):
-    return {
-        "uuid": f"GPU-00000001-{i:04x}-4000-8000-{16 + i:012x}",
-        "index": i,
-        "minor_number": i,
-        "pci_bus_id": f"0000:{0x18 + 0x10 * i:02x}:00.0",
-        "name": "NVIDIA H100 80GB HBM3",
-        "memory_total_mib": 81559,
-        "mig_mode": {"current": "disabled", "pending": None},
-        "mig_devices": [],
-        "health": {"status": "ok", "reasons": []},
-        "processes": [],
-    }
+    return h100(i)
 
 
 @pytest.mark.parametrize("spec", ["train", [{"name": "train"}], 4])

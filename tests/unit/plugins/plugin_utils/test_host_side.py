@@ -7,21 +7,11 @@ import pytest
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_node
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import host_side
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.host_share import HostShareError
+from tests.gpufacts import h100
 
 
 def gpu(i):
-    return {
-        "uuid": f"GPU-00000001-{i:04x}-4000-8000-{16 + i:012x}",
-        "index": i,
-        "minor_number": i,
-        "pci_bus_id": f"0000:{0x18 + 0x10 * i:02x}:00.0",
-        "name": "NVIDIA H100 80GB HBM3",
-        "memory_total_mib": 81559,
-        "mig_mode": {"current": "disabled", "pending": None},
-        "mig_devices": [],
-        "health": {"status": "ok", "reasons": []},
-        "processes": [],
-    }
+    return h100(i)
 
 
 GPUS = [gpu(i) for i in range(4)]
