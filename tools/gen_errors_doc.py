@@ -107,6 +107,7 @@ CAPABILITIES = (
         "What the `gpu_host` role writes on a host: the host share, the toolkit's config.toml.",
         (
             "plugin_utils/host_share.py",
+            "plugin_utils/host_side.py",
             "filter/host_share.py",
             "module_utils/_host/",
             "modules/nvidia_toolkit_config.py",
