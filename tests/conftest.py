@@ -112,6 +112,7 @@ def _fail_skip_in_ci(report, path: Path) -> None:
 LAB_FIXTURES = {"lab", "kubectl", "core_api", "generic_workload"}
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
 def pytest_collection_modifyitems(config, items):
     for item in items:
         in_lab = "integration" in Path(str(item.path)).parts or item.get_closest_marker("integration")
