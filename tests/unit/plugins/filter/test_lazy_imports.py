@@ -12,10 +12,15 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
-from tests.conftest import COLLECTIONS
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import lazy as lazy_module
+
+# the folder that holds ansible_collections/ (as the collection was imported: the checkout's link, or
+# the collection layout)
+COLLECTIONS = Path(lazy_module.__file__).parents[5]
 
 PREFIX = "ansible_collections.gpusplit.k8s.plugins."
 

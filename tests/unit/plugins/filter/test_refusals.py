@@ -17,7 +17,7 @@ from ansible_collections.gpusplit.k8s.plugins.filter import (
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
-from tests.gpufacts import h100
+from ansible_collections.gpusplit.k8s.tests.unit.gpufacts import h100
 
 
 def filters(module):

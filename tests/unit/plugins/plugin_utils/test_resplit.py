@@ -7,7 +7,7 @@ import pytest
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_node
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, resplit
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import ResplitError
-from tests.gpufacts import h100
+from ansible_collections.gpusplit.k8s.tests.unit.gpufacts import h100
 
 
 def gpu(i, processes=()):
