@@ -66,10 +66,17 @@ integration: lab-build
 	$(BIN)/pytest -m integration tests
 
 # the lab's tests run in one pytest-xdist worker, one after the other, while the other workers take
-# the rest beside them (tests/conftest.py: LAB_FIXTURES)
+# the rest beside them (tests/conftest.py: LAB_FIXTURES). The managed-host modules' tests under the
+# other Pythons run beside pytest too (the lab worker leaves a core idle for most of the run); their
+# output is printed after pytest's, and either failing fails the target.
 test: venv lab-build lint
-	$(BIN)/pytest --numprocesses auto --maxprocesses 4 --dist loadgroup --durations=20 tests
-	$(BIN)/python tools/multi_python_tests.py
+	@$(BIN)/python tools/multi_python_tests.py > $(VENV)/multi-python.log 2>&1 & mp=$$!; \
+	echo "tools/multi_python_tests.py runs beside pytest (pid $$mp); its output follows pytest's"; \
+	$(BIN)/pytest --numprocesses auto --maxprocesses 4 --dist loadgroup --durations=20 tests; rc=$$?; \
+	wait $$mp; mprc=$$?; \
+	echo "== tools/multi_python_tests.py (exit status $$mprc) =="; cat $(VENV)/multi-python.log; \
+	echo "pytest exit status $$rc, tools/multi_python_tests.py exit status $$mprc"; \
+	[ $$rc -eq 0 ] && [ $$mprc -eq 0 ]
 
 # the managed-host modules' unit tests under every Python 3.8-3.13 this machine has
 multi-python: venv
