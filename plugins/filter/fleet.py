@@ -3,6 +3,7 @@
 {{ hostvars | gpusplit.k8s.fleet_input(ansible_play_hosts) }}
 {{ hostvars | gpusplit.k8s.fleet_facts(hosts) }}
 {{ hostvars | gpusplit.k8s.inventory_nodes(groups['all']) }}
+{{ hostvars | gpusplit.k8s.discovery_reports(ansible_play_hosts_all) }}
 {{ stat_loop.results | gpusplit.k8s.fleet_outputs_stale }}
 
 Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
@@ -10,7 +11,10 @@ Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gp
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ansible.errors import AnsibleFilterError
+from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
@@ -71,6 +75,63 @@ def fleet_facts(hostvars, hosts):
     return out
 
 
+# what the fleet's GPU report says of a host whose discovery did not finish (failed, unreachable, skipped)
+UNFINISHED = {
+    "backend": None,
+    "driver_version": None,
+    "cuda_version": None,
+    "msg": "GPU discovery did not finish on this host",
+    "gpus": [],
+}
+
+
+def _finished(result):
+    return isinstance(result, Mapping) and not result.get("failed") and not result.get("skipped")
+
+
+def discovery_report(hv):
+    """One host's GPU report from this run's discovery result (role gpu_discovery), None where it has none.
+
+    The reading after an NVML binding install (``gpu_discovery_result_installed``) counts only where this
+    run asked for the install (``gpusplit_install_nvml_binding``) and its first reading found no binding:
+    a result an earlier run of the role registered is not this run's.
+    """
+    result = hv.get("gpu_discovery_result")
+    if not _finished(result):
+        return None
+    installed = hv.get("gpu_discovery_result_installed")
+    if (
+        boolean(hv.get("gpusplit_install_nvml_binding", False), strict=False)
+        and (result.get("nvml_binding") or {}).get("importable") is False
+        and _finished(installed)
+    ):
+        result = installed
+    facts = result.get("ansible_facts") or {}
+    return {
+        "backend": facts.get("nvidia_gpu_backend"),
+        "driver_version": facts.get("nvidia_driver_version"),
+        "cuda_version": facts.get("nvidia_cuda_driver_version"),
+        "msg": result.get("msg"),
+        "nvml_binding": result.get("nvml_binding"),
+        "gpus": facts.get("nvidia_gpus") or [],
+    }
+
+
+def discovery_reports(hostvars, hosts, known=None):
+    """{host: GPU report} of every one of ``hosts``, from each one's discovery result; a host whose
+    discovery did not finish gets the UNFINISHED report. ``known``: reports already made (the role's
+    ``gpu_discovery_reports``), taken as they are instead of reading those hosts' variables again."""
+    known = known or {}
+    out = {}
+    for host in hosts:
+        if host in known:
+            out[host] = known[host]
+            continue
+        report = discovery_report(host_vars(hostvars, host))
+        out[host] = dict(UNFINISHED) if report is None else report
+    return out
+
+
 def fleet_outputs_stale(stat_results):
     """Why out/fleet-plan.json and out/fleet-report.json may not be read together ("" when they may)."""
     return fleet_outputs.stale_reason(fleet_outputs.mtimes_of(stat_results))
@@ -78,4 +139,6 @@ def fleet_outputs_stale(stat_results):
 
 class FilterModule:
     def filters(self):
-        return wrap_filters((fleet_input, fleet_facts, inventory_nodes, fleet_outputs_stale))
+        return wrap_filters(
+            (fleet_input, fleet_facts, inventory_nodes, discovery_reports, fleet_outputs_stale)
+        )

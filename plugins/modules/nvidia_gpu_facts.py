@@ -81,8 +81,8 @@ options:
       - The role C(gpusplit.k8s.gpu_discovery) sets it, so that a run of C(site.yml) reads the GPUs and their
         holders with one module execution per host (docs/performance.md).
       - Never fails the module. A missing socket (no kubelet yet) gives C(available=false) in RV(pod_resources); any
-        other failure is returned in its C(error), and the role C(gpusplit.k8s.gpu_resplit) asks again
-        with M(gpusplit.k8s.gpu_pod_resources), which fails with the reason.
+        other failure is returned in its C(error), and the role C(gpusplit.k8s.gpu_resplit) stops with it before
+        any change where a GPU may leave the host's Kubernetes share.
     type: path
   pod_resources_timeout:
     description:

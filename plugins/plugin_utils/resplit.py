@@ -365,25 +365,28 @@ def resplit_diff(
     claims=None,
     facts=None,
     services=None,
+    unread=None,
 ):
     """Per node of the plan: the GPUs that move each way and the pods in the way.
 
     ``pod_resources``: {host: gpu_pod_resources result}; ``daemonsets``: the live split DaemonSets;
     ``taint_rules``: gpusplit's live host-share DeviceTaintRules; ``pods``: the live pods (owners,
     phases); ``claims``: the live ResourceClaims; ``facts``: {host: nvidia_gpus}; ``services``:
-    {host: gpusplit_host_services}. Returns {"nodes": [...] (only nodes where something moves or
-    someone is in the way), "unchanged": [node names], "holders": every pod in the way once
-    ({namespace, name, uid}: what module pod_eviction takes),
-    "warnings": [...]}.
+    {host: gpusplit_host_services}; ``unread``: {host: why its pod resources were not read}. Returns
+    {"nodes": [...] (only nodes where something moves or someone is in the way), "unchanged": [node
+    names], "holders": every pod in the way once ({namespace, name, uid}: what module pod_eviction
+    takes), "unread": [{node, host, reason}] (nodes whose pod resources were not read where a GPU may
+    leave the Kubernetes share: who holds it is unknown), "warnings": [...]}.
     """
     nodes = _mapping(_mapping(plan, "plan").get("nodes"), "plan.nodes")
     pod_resources = _mapping(pod_resources, "pod_resources")
     facts = _mapping(facts, "facts")
     services = _mapping(services, "services")
+    unread = _mapping(unread, "unread")
     shares = live_shares(plan, daemonsets, taint_rules)
     by_name = _pods_by_name(pods)
     claimed = claim_results_by_pool(claims)
-    out = {"nodes": [], "unchanged": [], "holders": [], "warnings": []}
+    out = {"nodes": [], "unchanged": [], "holders": [], "unread": [], "warnings": []}
     seen = set()
     for host in sorted(nodes):
         node_plan = nodes[host]
@@ -397,6 +400,8 @@ def resplit_diff(
             services.get(host),
         )
         out["warnings"].extend(diff["warnings"])
+        if host in unread and pod_resources.get(host) is None and _may_leave(node_plan, diff):
+            out["unread"].append({"node": diff["node"], "host": host, "reason": unread[host]})
         if diff["to_host"] or diff["to_kubernetes"] or diff["holders"] or diff["host_processes"]:
             out["nodes"].append(diff)
         else:
@@ -407,6 +412,15 @@ def resplit_diff(
                 seen.add(key)
                 out["holders"].append({"namespace": h["namespace"], "name": h["pod"], "uid": h["uid"]})
     return out
+
+
+def _may_leave(node_plan, diff):
+    """Whether a GPU may leave the node's Kubernetes share in this change: one moves to the host, or
+    there is no live split to compare with and the plan keeps some GPU out of the share."""
+    if diff["to_host"]:
+        return True
+    gpus = node_plan.get("gpus") or []
+    return diff["kubernetes_before"] is None and len(diff["kubernetes_after"]) < len(gpus)
 
 
 def _gpus_text(refs):
@@ -436,6 +450,8 @@ def resplit_table(diff):
             lines.append(f"  host process on GPU {p['index']} ({p['gpu']}): pid {p['pid']} {p['name']}")
         if node["to_kubernetes"] and node["host_services"]:
             lines.append(f"  host services pinned to the host share: {', '.join(node['host_services'])}")
+    for u in diff.get("unread") or []:
+        lines.append(f"{u['node']}: pod-resources not read, who holds its GPUs is unknown: {u['reason']}")
     if not lines:
         lines.append("no node's split changes, and no pod holds a GPU outside its node's Kubernetes share")
     elif diff.get("unchanged"):
@@ -447,7 +463,11 @@ def resplit_refusals(diff, policy="refuse", host_processes="refuse"):
     """The messages that stop the run before any change ([] when it may go on)."""
     check_policy(policy, host_processes)
     diff = _mapping(diff, "diff")
-    errors = []
+    errors = [
+        f"{u['node']}: a GPU may leave the node's Kubernetes share, and the kubelet's pod resources of host "
+        f"{u['host']} were not read, so who holds it is unknown: {u['reason']}. Nothing was changed."
+        for u in diff.get("unread") or []
+    ]
     for node in diff.get("nodes") or []:
         if policy == "refuse" and node["holders"]:
             pods = "; ".join(
@@ -572,32 +592,48 @@ def batch_size(value, total):
 # from the inventory
 
 
-POD_RESOURCES_VAR = "gpu_resplit_pod_resources"
 # the discovery's result: nvidia_gpu_facts reads the pod resources in the same call (role gpu_discovery)
 DISCOVERY_VAR = "gpu_discovery_result"
 
 
 def pod_resources_of(hostvars_of_host):
-    """The host's pod-resources answer of this run: gpu_resplit's own reading where it asked again,
-    else the one the discovery read in the same call; None where neither has one."""
-    answer = hostvars_of_host.get(POD_RESOURCES_VAR)
-    if isinstance(answer, Mapping) and not answer.get("skipped"):
-        return answer
+    """The host's pod-resources answer of this run's discovery; None where it has none."""
     found = (hostvars_of_host.get(DISCOVERY_VAR) or {}).get("pod_resources")
     if isinstance(found, Mapping) and not found.get("error"):
         return found
     return None
 
 
+def pod_resources_unread(hostvars_of_host):
+    """Why this run has no pod-resources answer of the host, with what to do; None where it has one."""
+    result = hostvars_of_host.get(DISCOVERY_VAR)
+    if not isinstance(result, Mapping):
+        return (
+            "this run's discovery (role gpu_discovery) has no result for the host: run it on the host first"
+        )
+    found = result.get("pod_resources")
+    if found is None:
+        return (
+            "the discovery did not read them (gpusplit_discovery_pod_resources is false for the host): "
+            "set it to true, the default"
+        )
+    if isinstance(found, Mapping) and found.get("error"):
+        return (
+            f"the discovery could not read them: {found['error']}. Check the kubelet's pod-resources "
+            "socket (gpusplit_pod_resources_socket) and its permissions, then run this again"
+        )
+    return None
+
+
 def resplit_from_inventory(plan, hostvars, daemonsets=None, taint_rules=None, pods=None, claims=None):
     """resplit_diff with each planned host's inputs taken from its variables.
 
-    Per host of the plan: the pod-resources answer (pod_resources_of), the
-    GPU facts (``nvidia_gpus``) and ``gpusplit_host_services``. The result also carries ``table``
+    Per host of the plan: the pod-resources answer of this run's discovery (pod_resources_of; where it
+    has none, pod_resources_unread says why), the GPU facts (``nvidia_gpus``) and ``gpusplit_host_services``. The result also carries ``table``
     (resplit_table), ``fence_hosts`` and ``dra_fence`` (dra_fence_devices).
     """
     nodes = _mapping(_mapping(plan, "plan").get("nodes"), "plan.nodes")
-    pod_resources, facts, services = {}, {}, {}
+    pod_resources, unread, facts, services = {}, {}, {}, {}
     for host in nodes:
         if host not in hostvars:
             raise ResplitError(
@@ -607,11 +643,13 @@ def resplit_from_inventory(plan, hostvars, daemonsets=None, taint_rules=None, po
         answer = pod_resources_of(hv)
         if answer is not None:
             pod_resources[host] = answer
+        else:
+            unread[host] = pod_resources_unread(hv)
         found = (hv.get("ansible_facts") or {}).get("nvidia_gpus", hv.get("nvidia_gpus"))
         if found is not None:
             facts[host] = found
         services[host] = _list(hv.get("gpusplit_host_services"), f"{host}: gpusplit_host_services")
-    diff = resplit_diff(plan, pod_resources, daemonsets, taint_rules, pods, claims, facts, services)
+    diff = resplit_diff(plan, pod_resources, daemonsets, taint_rules, pods, claims, facts, services, unread)
     diff["table"] = resplit_table(diff)
     diff["fence_hosts"] = fence_nodes(diff)
     diff["dra_fence"] = dra_fence_devices(diff, plan)

@@ -256,7 +256,7 @@ def test_gpu_discovery_role_installs_the_binding(tmp_path):
                         {
                             "name": "Keep what the module said",
                             "ansible.builtin.copy": {
-                                "content": "{{ {'report': gpu_discovery_report, "
+                                "content": "{{ {'report': gpu_discovery_reports[inventory_hostname], "
                                 "'warnings': gpu_discovery_result_installed.warnings | default([])} | to_json }}",
                                 "dest": f"{reports}/{{{{ inventory_hostname }}}}.json",
                                 "mode": "0644",

@@ -211,34 +211,82 @@ def test_unknown_policies_are_refused():
 
 
 @pytest.mark.parametrize(
-    ("host_vars", "want"),
+    ("host_vars", "want", "why"),
     [
         # the discovery's reading in its own call
-        ({"gpu_discovery_result": {"pod_resources": answer(("a", "p", "2"))}}, answer(("a", "p", "2"))),
-        # gpu_resplit asked again (the discovery could not read them): its own answer counts
         (
-            {
-                "gpu_discovery_result": {"pod_resources": {"available": False, "error": "permission denied"}},
-                "gpu_resplit_pod_resources": answer(("a", "q", "3")),
-            },
-            answer(("a", "q", "3")),
-        ),
-        # a skipped reading of gpu_resplit leaves the discovery's
-        (
-            {
-                "gpu_discovery_result": {"pod_resources": answer(("a", "p", "2"))},
-                "gpu_resplit_pod_resources": {"skipped": True},
-            },
+            {"gpu_discovery_result": {"pod_resources": answer(("a", "p", "2"))}},
             answer(("a", "p", "2")),
+            None,
         ),
-        # a failed discovery reading is never taken for "nobody holds a GPU"
-        ({"gpu_discovery_result": {"pod_resources": {"available": False, "error": "timed out"}}}, None),
-        ({"gpu_discovery_result": {}}, None),
-        ({}, None),
+        # no kubelet socket yet: an answer (nobody can hold a GPU through a kubelet that is not there)
+        ({"gpu_discovery_result": {"pod_resources": {"available": False}}}, {"available": False}, None),
+        # a failed reading is never taken for "nobody holds a GPU"; the reason is kept
+        (
+            {"gpu_discovery_result": {"pod_resources": {"available": False, "error": "permission denied"}}},
+            None,
+            "could not read them: permission denied",
+        ),
+        # the discovery was told not to read them
+        ({"gpu_discovery_result": {}}, None, "gpusplit_discovery_pod_resources is false"),
+        # no discovery on the host in this run
+        ({}, None, "run it on the host first"),
+        # an earlier version's second reading (gpu_resplit_pod_resources) is not this run's answer
+        ({"gpu_resplit_pod_resources": answer(("a", "q", "3"))}, None, "run it on the host first"),
     ],
 )
-def test_the_pod_resources_of_a_host_come_from_the_discovery_or_a_second_reading(host_vars, want):
+def test_the_pod_resources_of_a_host_come_from_the_discovery(host_vars, want, why):
     assert resplit.pod_resources_of(host_vars) == want
+    unread = resplit.pod_resources_unread(host_vars)
+    assert (unread is None) == (why is None)
+    if why:
+        assert why in unread
+
+
+def unread_vars(error="permission denied"):
+    return {
+        "node-a": {
+            "gpu_discovery_result": {"pod_resources": {"available": False, "error": error}},
+            "gpusplit_host_services": [],
+        }
+    }
+
+
+@pytest.mark.parametrize("policy", ["refuse", "evict", "wait"])
+def test_a_gpu_leaving_kubernetes_where_the_pod_resources_were_not_read_is_refused(policy):
+    old, new = plan_of({"host_count": 2}), plan_of({"host_indices": [0, 1, 5]})
+    diff = resplit.resplit_from_inventory(new, unread_vars(), live_ds(old), pods=[])
+    assert diff["unread"] == [
+        {"node": "node-a", "host": "node-a", "reason": resplit.pod_resources_unread(unread_vars()["node-a"])}
+    ]
+    assert "node-a: pod-resources not read" in diff["table"] and "permission denied" in diff["table"]
+    [msg] = resplit.resplit_refusals(diff, policy)
+    assert msg.startswith("node-a: a GPU may leave the node's Kubernetes share")
+    assert (
+        "permission denied" in msg and "gpusplit_pod_resources_socket" in msg and "Nothing was changed" in msg
+    )
+
+
+def test_no_live_split_and_a_host_share_counts_as_a_gpu_that_may_leave():
+    # the first split of a node: whatever the stock plugin gave a pod may be in the host share
+    diff = resplit.resplit_from_inventory(plan_of({"host_count": 2}), unread_vars("timed out"), [], pods=[])
+    assert [u["node"] for u in diff["unread"]] == ["node-a"]
+    assert "timed out" in resplit.resplit_refusals(diff)[0]
+
+
+@pytest.mark.parametrize(
+    ("old_split", "new_split"),
+    [
+        ({"host_count": 2}, {"host_count": 2}),  # nothing moves
+        ({"host_count": 2}, {"host_count": 1}),  # a GPU goes to Kubernetes only
+        (None, {"host_count": 0}),  # no live split, and every GPU goes to Kubernetes
+    ],
+)
+def test_an_unread_host_where_no_gpu_leaves_kubernetes_goes_on(old_split, new_split):
+    live = live_ds(plan_of(old_split)) if old_split else []
+    diff = resplit.resplit_from_inventory(plan_of(new_split), unread_vars(), live, pods=[])
+    assert diff["unread"] == []
+    assert resplit.resplit_refusals(diff, "refuse", "ignore") == []
 
 
 def test_the_diff_from_the_inventory_takes_the_discoverys_reading():
