@@ -41,6 +41,19 @@ def test_the_inventory_takes_the_lab_fixtures_and_modes_in_turn():
     assert all((fixture_dir / f"{f}.json").is_file() for f in fixtures)
 
 
+def test_the_gpu_hosts_name_the_checkout_as_a_plain_path(tmp_path):
+    """The lab inventory finds the checkout with an expression each task would evaluate again; the bench's
+    GPU hosts name it, as a real inventory names its paths (the same checkout)."""
+    import yaml
+
+    inv = bench_fleet.write_inventory(3, tmp_path)
+    gpu_vars = yaml.safe_load((inv / "group_vars" / "gpu_nodes.yml").read_text())
+    assert gpu_vars["gpusplit_lab_root"] == str(ROOT)
+    assert (Path(gpu_vars["gpusplit_lab_root"]) / "lab" / "lab.py").is_file()
+    lab_vars = yaml.safe_load((inv / "group_vars" / "all.yml").read_text())
+    assert "{{" in lab_vars["gpusplit_lab_root"]  # localhost keeps the lab's own expression
+
+
 def test_writes_leave_out_reads_dry_runs_and_what_the_lab_writes_on_its_own():
     parsed = bench_fleet.parse_writes(METRICS)
     assert parsed == {
