@@ -71,6 +71,7 @@ integration: lab-build
 # output is printed after pytest's, and either failing fails the target.
 test: venv lab-build lint
 	@$(BIN)/python tools/multi_python_tests.py > $(VENV)/multi-python.log 2>&1 & mp=$$!; \
+	trap 'kill $$mp 2>/dev/null' EXIT INT TERM; \
 	echo "tools/multi_python_tests.py runs beside pytest (pid $$mp); its output follows pytest's"; \
 	$(BIN)/pytest --numprocesses auto --maxprocesses 4 --dist loadgroup --durations=20 tests; rc=$$?; \
 	wait $$mp; mprc=$$?; \

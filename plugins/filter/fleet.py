@@ -14,7 +14,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ansible.errors import AnsibleFilterError
-from ansible.module_utils.parsing.convert_bool import boolean
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
@@ -86,25 +85,24 @@ UNFINISHED = {
 
 
 def _finished(result):
-    return isinstance(result, Mapping) and not result.get("failed") and not result.get("skipped")
+    return isinstance(result, Mapping) and not any(
+        result.get(k) for k in ("failed", "skipped", "unreachable")
+    )
 
 
 def discovery_report(hv):
     """One host's GPU report from this run's discovery result (role gpu_discovery), None where it has none.
 
     The reading after an NVML binding install (``gpu_discovery_result_installed``) counts only where this
-    run asked for the install (``gpusplit_install_nvml_binding``) and its first reading found no binding:
+    run went through the install (``gpu_discovery_nvml_include``, registered whether it ran or was skipped):
     a result an earlier run of the role registered is not this run's.
     """
     result = hv.get("gpu_discovery_result")
     if not _finished(result):
         return None
+    include = hv.get("gpu_discovery_nvml_include")
     installed = hv.get("gpu_discovery_result_installed")
-    if (
-        boolean(hv.get("gpusplit_install_nvml_binding", False), strict=False)
-        and (result.get("nvml_binding") or {}).get("importable") is False
-        and _finished(installed)
-    ):
+    if isinstance(include, Mapping) and not include.get("skipped") and _finished(installed):
         result = installed
     facts = result.get("ansible_facts") or {}
     return {
@@ -119,13 +117,15 @@ def discovery_report(hv):
 
 def discovery_reports(hostvars, hosts, known=None):
     """{host: GPU report} of every one of ``hosts``, from each one's discovery result; a host whose
-    discovery did not finish gets the UNFINISHED report. ``known``: reports already made (the role's
-    ``gpu_discovery_reports``), taken as they are instead of reading those hosts' variables again."""
-    known = known or {}
+    discovery did not finish gets the UNFINISHED report.
+
+    ``known``: the reports the role made at its end (``gpu_discovery_reports``), for the hosts that finished
+    it; taken as they are, and every other host is UNFINISHED (it failed after its first reading, or was
+    never reached), without reading any host's variables."""
     out = {}
     for host in hosts:
-        if host in known:
-            out[host] = known[host]
+        if known is not None:
+            out[host] = known[host] if host in known else dict(UNFINISHED)
             continue
         report = discovery_report(host_vars(hostvars, host))
         out[host] = dict(UNFINISHED) if report is None else report

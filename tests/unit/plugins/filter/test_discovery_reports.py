@@ -44,6 +44,7 @@ def test_each_host_gets_its_own_report():
         {},  # never reached (unreachable, or not in this play)
         {"gpu_discovery_result": {"failed": True, "msg": "nvidia-smi did not finish within 3 s"}},
         {"gpu_discovery_result": {"skipped": True}},
+        {"gpu_discovery_result": {"unreachable": True, "msg": "Failed to connect to the host via ssh"}},
     ],
 )
 def test_a_host_whose_discovery_did_not_finish_says_so(host_vars):
@@ -57,46 +58,49 @@ def test_a_host_whose_discovery_did_not_finish_says_so(host_vars):
     }
 
 
-def installed_vars(asked, first_importable=False, installed=None):
+def installed_vars(include, installed=None):
+    """A host after the role: its first reading (nvidia-smi, no binding), the install step's registered
+    result and the second reading."""
     return {
-        "gpusplit_install_nvml_binding": asked,
-        "gpu_discovery_result": result("nvidia-smi", gpus=1, importable=first_importable),
+        "gpu_discovery_result": result("nvidia-smi", gpus=1, importable=False),
+        "gpu_discovery_nvml_include": include,
         "gpu_discovery_result_installed": installed if installed is not None else result("nvml", gpus=1),
     }
+
+
+INCLUDED = {"changed": False, "include": "nvml_binding.yml", "include_args": {}}
+SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
 
 
 @pytest.mark.parametrize(
     ("host_vars", "backend"),
     [
-        # this run installed the binding: the second reading counts
-        (installed_vars(True), "nvml"),
-        (installed_vars("yes"), "nvml"),
-        # the install was not asked for: an earlier run's second reading is not this run's
-        (installed_vars(False), "nvidia-smi"),
-        # the first reading found the binding: no install in this run
-        (installed_vars(True, first_importable=True), "nvidia-smi"),
-        # the install ran but pip installed nothing, so the second reading was skipped
-        (installed_vars(True, installed={"skipped": True}), "nvidia-smi"),
+        # this run went through the install: the second reading counts, wherever the flag was set
+        (installed_vars(INCLUDED), "nvml"),
+        # the install step was skipped in this run: an earlier run's second reading is not this run's
+        (installed_vars(SKIPPED), "nvidia-smi"),
+        # no install step registered (the role before it, or another role's result)
+        (installed_vars(None), "nvidia-smi"),
+        # pip installed nothing, so the second reading was skipped
+        (installed_vars(INCLUDED, installed={"skipped": True}), "nvidia-smi"),
     ],
 )
 def test_the_reading_after_an_install_counts_only_when_this_run_installed(host_vars, backend):
     assert fleet.discovery_reports({"a": host_vars}, ["a"])["a"]["backend"] == backend
 
 
-def test_known_reports_are_taken_as_they_are_and_the_rest_read():
-    class Counting(dict):
-        reads = []
+def test_given_the_roles_reports_every_other_host_did_not_finish_and_no_variables_are_read():
+    """discover.yml hands over the role's reports: a host missing there failed after its first reading
+    (a failed install) or was never reached, whatever its registered result says."""
 
+    class NoReads(dict):
         def __getitem__(self, host):
-            self.reads.append(host)
-            return super().__getitem__(host)
+            raise AssertionError(f"hostvars[{host!r}] read")
 
-    hostvars = Counting(a={"gpu_discovery_result": result(gpus=2)}, b={})
-    known = {"a": {"msg": "kept"}}
-    reports = fleet.discovery_reports(hostvars, ["a", "b"], known)
-    assert reports["a"] == {"msg": "kept"}
-    assert reports["b"]["msg"] == "GPU discovery did not finish on this host"
-    assert Counting.reads == ["b"]
+    hostvars = NoReads(a={}, b={"gpu_discovery_result": result(gpus=2)})
+    reports = fleet.discovery_reports(hostvars, ["a", "b"], {"a": {"msg": "kept"}})
+    assert reports == {"a": {"msg": "kept"}, "b": fleet.UNFINISHED}
+    assert fleet.discovery_reports(hostvars, ["a"], {}) == {"a": fleet.UNFINISHED}
 
 
 def test_a_host_outside_the_inventory_is_refused_by_name():
