@@ -81,7 +81,7 @@ CAPABILITIES = (
         "Changing the split of a busy fleet",
         "The re-split (role `gpu_resplit`, `playbooks/resplit.yml`): the policy for pods that hold a GPU "
         "leaving the Kubernetes share, host processes on GPUs going to Kubernetes, the batch size.",
-        ("plugin_utils/resplit.py", "filter/resplit.py"),
+        ("plugin_utils/resplit.py", "plugin_utils/resplit_inventory.py", "filter/resplit.py"),
     ),
     (
         "Evicting pods for a re-split",

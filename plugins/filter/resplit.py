@@ -19,12 +19,13 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
 render = lazy("plugin_utils.render")
 resplit = lazy("plugin_utils.resplit")
+resplit_inventory = lazy("plugin_utils.resplit_inventory")
 dra_render = lazy("plugin_utils._dra.render")
 
 
 def resplit_diff(plan, hostvars, daemonsets=None, taint_rules=None, pods=None, claims=None):
     """Per node: the GPUs that move each way, the pods that hold a GPU leaving the Kubernetes share."""
-    return resplit.resplit_from_inventory(plan, hostvars, daemonsets, taint_rules, pods, claims)
+    return resplit_inventory.resplit_from_inventory(plan, hostvars, daemonsets, taint_rules, pods, claims)
 
 
 def resplit_refusals(diff, policy="refuse", host_processes="refuse"):

@@ -6,7 +6,8 @@ A re-plan may move a GPU out of a node's Kubernetes share (to the host, or out o
 does not evict a pod whose device disappeared from the plugin's list, so before anything changes
 the run must know who holds each GPU. The sources, per node:
 
-- the kubelet's pod-resources ``List`` (module ``gpu_pod_resources``, on the host): the device ids
+- the kubelet's pod-resources ``List`` (read on the host by the discovery, ``nvidia_gpu_facts``, with
+  the client of module ``gpu_pod_resources``; resplit_inventory.py takes it from there): the device ids
   each container got from a device plugin (GPU UUIDs, MIG UUIDs, or indices), and the devices of
   its ResourceClaims;
 - the allocated ResourceClaims of the cluster (mode ``dra``): ``status.allocation.devices`` names
@@ -24,7 +25,6 @@ prints it; ``resplit_refusals`` says what the chosen policy refuses; ``fence_obj
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DRIVER, device_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
@@ -586,71 +586,3 @@ def batch_size(value, total):
         raise ResplitError(
             f"gpusplit_rollout_batch: {value!r} is neither a whole number >= 1 nor a percentage in (0%, 100%]"
         ) from None
-
-
-# ---------------------------------------------------------------------------------------------
-# from the inventory
-
-
-# the discovery's result: nvidia_gpu_facts reads the pod resources in the same call (role gpu_discovery)
-DISCOVERY_VAR = "gpu_discovery_result"
-
-
-def pod_resources_of(hostvars_of_host):
-    """The host's pod-resources answer of this run's discovery; None where it has none."""
-    found = (hostvars_of_host.get(DISCOVERY_VAR) or {}).get("pod_resources")
-    if isinstance(found, Mapping) and not found.get("error"):
-        return found
-    return None
-
-
-def pod_resources_unread(hostvars_of_host):
-    """Why this run has no pod-resources answer of the host, with what to do; None where it has one."""
-    result = hostvars_of_host.get(DISCOVERY_VAR)
-    if not isinstance(result, Mapping):
-        return (
-            "this run's discovery (role gpu_discovery) has no result for the host: run it on the host first"
-        )
-    found = result.get("pod_resources")
-    if found is None:
-        return (
-            "the discovery did not read them (gpusplit_discovery_pod_resources is false for the host): "
-            "set it to true, the default"
-        )
-    if isinstance(found, Mapping) and found.get("error"):
-        return (
-            f"the discovery could not read them: {found['error']}. Check the kubelet's pod-resources "
-            "socket (gpusplit_pod_resources_socket) and its permissions, then run this again"
-        )
-    return None
-
-
-def resplit_from_inventory(plan, hostvars, daemonsets=None, taint_rules=None, pods=None, claims=None):
-    """resplit_diff with each planned host's inputs taken from its variables.
-
-    Per host of the plan: the pod-resources answer of this run's discovery (pod_resources_of; where it
-    has none, pod_resources_unread says why), the GPU facts (``nvidia_gpus``) and ``gpusplit_host_services``. The result also carries ``table``
-    (resplit_table), ``fence_hosts`` and ``dra_fence`` (dra_fence_devices).
-    """
-    nodes = _mapping(_mapping(plan, "plan").get("nodes"), "plan.nodes")
-    pod_resources, unread, facts, services = {}, {}, {}, {}
-    for host in nodes:
-        if host not in hostvars:
-            raise ResplitError(
-                f"host {host!r} of the plan is not in the inventory (hostvars has no such host)"
-            )
-        hv = hostvars[host]
-        answer = pod_resources_of(hv)
-        if answer is not None:
-            pod_resources[host] = answer
-        else:
-            unread[host] = pod_resources_unread(hv)
-        found = (hv.get("ansible_facts") or {}).get("nvidia_gpus", hv.get("nvidia_gpus"))
-        if found is not None:
-            facts[host] = found
-        services[host] = _list(hv.get("gpusplit_host_services"), f"{host}: gpusplit_host_services")
-    diff = resplit_diff(plan, pod_resources, daemonsets, taint_rules, pods, claims, facts, services, unread)
-    diff["table"] = resplit_table(diff)
-    diff["fence_hosts"] = fence_nodes(diff)
-    diff["dra_fence"] = dra_fence_devices(diff, plan)
-    return diff

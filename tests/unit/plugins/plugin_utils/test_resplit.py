@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_node
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, resplit
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, resplit, resplit_inventory
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import ResplitError
 from ansible_collections.gpusplit.k8s.tests.unit.gpufacts import h100
 
@@ -236,8 +236,8 @@ def test_unknown_policies_are_refused():
     ],
 )
 def test_the_pod_resources_of_a_host_come_from_the_discovery(host_vars, want, why):
-    assert resplit.pod_resources_of(host_vars) == want
-    unread = resplit.pod_resources_unread(host_vars)
+    assert resplit_inventory.pod_resources_of(host_vars) == want
+    unread = resplit_inventory.pod_resources_unread(host_vars)
     assert (unread is None) == (why is None)
     if why:
         assert why in unread
@@ -255,9 +255,13 @@ def unread_vars(error="permission denied"):
 @pytest.mark.parametrize("policy", ["refuse", "evict", "wait"])
 def test_a_gpu_leaving_kubernetes_where_the_pod_resources_were_not_read_is_refused(policy):
     old, new = plan_of({"host_count": 2}), plan_of({"host_indices": [0, 1, 5]})
-    diff = resplit.resplit_from_inventory(new, unread_vars(), live_ds(old), pods=[])
+    diff = resplit_inventory.resplit_from_inventory(new, unread_vars(), live_ds(old), pods=[])
     assert diff["unread"] == [
-        {"node": "node-a", "host": "node-a", "reason": resplit.pod_resources_unread(unread_vars()["node-a"])}
+        {
+            "node": "node-a",
+            "host": "node-a",
+            "reason": resplit_inventory.pod_resources_unread(unread_vars()["node-a"]),
+        }
     ]
     assert "node-a: pod-resources not read" in diff["table"] and "permission denied" in diff["table"]
     [msg] = resplit.resplit_refusals(diff, policy)
@@ -269,7 +273,9 @@ def test_a_gpu_leaving_kubernetes_where_the_pod_resources_were_not_read_is_refus
 
 def test_no_live_split_and_a_host_share_counts_as_a_gpu_that_may_leave():
     # the first split of a node: whatever the stock plugin gave a pod may be in the host share
-    diff = resplit.resplit_from_inventory(plan_of({"host_count": 2}), unread_vars("timed out"), [], pods=[])
+    diff = resplit_inventory.resplit_from_inventory(
+        plan_of({"host_count": 2}), unread_vars("timed out"), [], pods=[]
+    )
     assert [u["node"] for u in diff["unread"]] == ["node-a"]
     assert "timed out" in resplit.resplit_refusals(diff)[0]
 
@@ -284,7 +290,7 @@ def test_no_live_split_and_a_host_share_counts_as_a_gpu_that_may_leave():
 )
 def test_an_unread_host_where_no_gpu_leaves_kubernetes_goes_on(old_split, new_split):
     live = live_ds(plan_of(old_split)) if old_split else []
-    diff = resplit.resplit_from_inventory(plan_of(new_split), unread_vars(), live, pods=[])
+    diff = resplit_inventory.resplit_from_inventory(plan_of(new_split), unread_vars(), live, pods=[])
     assert diff["unread"] == []
     assert resplit.resplit_refusals(diff, "refuse", "ignore") == []
 
@@ -297,5 +303,7 @@ def test_the_diff_from_the_inventory_takes_the_discoverys_reading():
             "gpusplit_host_services": [],
         }
     }
-    diff = resplit.resplit_from_inventory(new, hostvars, live_ds(old), pods=[pod("team", "train-0")])
+    diff = resplit_inventory.resplit_from_inventory(
+        new, hostvars, live_ds(old), pods=[pod("team", "train-0")]
+    )
     assert diff["holders"] == [{"namespace": "team", "name": "train-0", "uid": "uid-train-0"}]
