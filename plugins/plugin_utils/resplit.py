@@ -400,7 +400,7 @@ def resplit_diff(
             services.get(host),
         )
         out["warnings"].extend(diff["warnings"])
-        if host in unread and pod_resources.get(host) is None and _may_leave(node_plan, diff):
+        if host in unread and _may_leave(node_plan, diff):
             out["unread"].append({"node": diff["node"], "host": host, "reason": unread[host]})
         if diff["to_host"] or diff["to_kubernetes"] or diff["holders"] or diff["host_processes"]:
             out["nodes"].append(diff)

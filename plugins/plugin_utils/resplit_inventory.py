@@ -21,14 +21,6 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import (
 DISCOVERY_VAR = "gpu_discovery_result"
 
 
-def pod_resources_of(hostvars_of_host):
-    """The host's pod-resources answer of this run's discovery; None where it has none."""
-    found = (hostvars_of_host.get(DISCOVERY_VAR) or {}).get("pod_resources")
-    if isinstance(found, Mapping) and not found.get("error"):
-        return found
-    return None
-
-
 UNREAD = {
     "no result": "this run's discovery (role gpu_discovery) has no result for the host: run it on the host first",
     "off": "the discovery did not read them (gpusplit_discovery_pod_resources is false for the host): set it "
@@ -38,15 +30,27 @@ UNREAD = {
 }
 
 
+def _reading(hostvars_of_host):
+    """(the host's pod-resources answer of this run's discovery, None) or (None, why there is none)."""
+    result = hostvars_of_host.get(DISCOVERY_VAR)
+    if not isinstance(result, Mapping):
+        return None, UNREAD["no result"]
+    found = result.get("pod_resources")
+    if not isinstance(found, Mapping):
+        return None, UNREAD["off"]
+    if found.get("error"):
+        return None, UNREAD["error"].format(error=found["error"])
+    return found, None
+
+
+def pod_resources_of(hostvars_of_host):
+    """The host's pod-resources answer of this run's discovery; None where it has none."""
+    return _reading(hostvars_of_host)[0]
+
+
 def pod_resources_unread(hostvars_of_host):
     """Why this run has no pod-resources answer of the host, with what to do; None where it has one."""
-    result = hostvars_of_host.get(DISCOVERY_VAR)
-    found = result.get("pod_resources") if isinstance(result, Mapping) else None
-    if not isinstance(result, Mapping):
-        return UNREAD["no result"]
-    if found is None:
-        return UNREAD["off"]
-    return UNREAD["error"].format(error=found["error"]) if found.get("error") else None
+    return _reading(hostvars_of_host)[1]
 
 
 def resplit_from_inventory(plan, hostvars, daemonsets=None, taint_rules=None, pods=None, claims=None):
@@ -65,11 +69,11 @@ def resplit_from_inventory(plan, hostvars, daemonsets=None, taint_rules=None, po
                 f"host {host!r} of the plan is not in the inventory (hostvars has no such host)"
             )
         hv = hostvars[host]
-        answer = pod_resources_of(hv)
+        answer, why = _reading(hv)
         if answer is not None:
             pod_resources[host] = answer
         else:
-            unread[host] = pod_resources_unread(hv)
+            unread[host] = why
         found = (hv.get("ansible_facts") or {}).get("nvidia_gpus", hv.get("nvidia_gpus"))
         if found is not None:
             facts[host] = found
