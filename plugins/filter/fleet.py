@@ -93,17 +93,11 @@ def _finished(result):
 def discovery_report(hv):
     """One host's GPU report from this run's discovery result (role gpu_discovery), None where it has none.
 
-    The reading after an NVML binding install (``gpu_discovery_result_installed``) counts only where this
-    run went through the install (``gpu_discovery_nvml_include``, registered whether it ran or was skipped):
-    a result an earlier run of the role registered is not this run's.
-    """
+    The module installs the NVML binding itself where asked, in the same call, so its one result is the
+    host's report."""
     result = hv.get("gpu_discovery_result")
     if not _finished(result):
         return None
-    include = hv.get("gpu_discovery_nvml_include")
-    installed = hv.get("gpu_discovery_result_installed")
-    if isinstance(include, Mapping) and not include.get("skipped") and _finished(installed):
-        result = installed
     facts = result.get("ansible_facts") or {}
     return {
         "backend": facts.get("nvidia_gpu_backend"),

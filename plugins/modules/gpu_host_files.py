@@ -22,6 +22,8 @@ description:
     O(dropin_name) below O(dropin_dir) that carry O(dropin_marker) and that O(dropins) no longer lists. Files
     without the marker are never removed.
   - Everything is read and compared before anything is written; a refusal changes nothing.
+  - With O(daemon_reload), runs C(systemctl daemon-reload) itself after writing when a drop-in was written or
+    removed, so that the host needs no task of its own for it.
 author:
   - gpusplit team (!UNKNOWN)
 options:
@@ -100,10 +102,25 @@ options:
   state_digest:
     description: The controller's digest of everything this call is made from (role C(gpusplit.k8s.gpu_host)).
     type: str
+  daemon_reload:
+    description:
+      - Run C(systemctl daemon-reload) (systemctl found in C(PATH) and the sbin folders) after writing, when a drop-in
+        was written or removed (RV(dropins_changed)); nothing runs when no drop-in changed. RV(daemon_reloaded) says
+        whether it ran.
+      - Where a drop-in changes and systemctl is not on the host, the module fails before it writes anything (in
+        check mode too). When the command fails, the module fails naming the command, its return code and its
+        error output; the files are written (and recorded, with O(state_path)) by then, so run the reload on the
+        host by hand, or leave this option off where systemd does not manage the host (role variable
+        C(gpusplit_systemd_reload)).
+      - In check mode nothing runs, RV(daemon_reloaded) is V(false) even where a drop-in would change.
+      - Leave off when the files are below a host root that is not the host's C(/) (tests, a chroot).
+    type: bool
+    default: false
 notes:
   - Supports check mode and diff mode; the diff holds one before/after per changed file.
   - Runs on the host's Python 3.8 or later with the standard library only.
-  - It restarts nothing and does not reload systemd; RV(dropins_changed) and RV(restart_units) say what needs it.
+  - It restarts no service; RV(restart_units) and RV(released_units) name the services that take the change when
+    they restart. It reloads systemd only with O(daemon_reload).
 extends_documentation_fragment:
   - gpusplit.k8s.attributes.check_mode_and_diff
 """
@@ -118,6 +135,19 @@ EXAMPLES = r"""
     dropin_content: "{{ share.dropin_text }}"
     dropin_dir: "{{ share.systemd_dir }}"
     dropin_marker: "{{ share.marker }}"
+  vars:
+    share: "{{ node_plan | gpusplit.k8s.host_share(['trainer.service']) }}"
+
+- name: The same, and systemctl daemon-reload when a drop-in was written or removed
+  gpusplit.k8s.gpu_host_files:
+    env_path: "{{ share.env_path }}"
+    env_content: "{{ share.env_text }}"
+    dropins: "{{ share.dropins }}"
+    dropin_content: "{{ share.dropin_text }}"
+    dropin_dir: "{{ share.systemd_dir }}"
+    dropin_marker: "{{ share.marker }}"
+    daemon_reload: true
+  register: host_files
   vars:
     share: "{{ node_plan | gpusplit.k8s.host_share(['trainer.service']) }}"
 """
@@ -149,7 +179,13 @@ released_units:
   type: list
   elements: str
 dropins_changed:
-  description: Whether a drop-in was written or removed (systemd needs a daemon-reload).
+  description: Whether a drop-in was (or, in check mode, would be) written or removed (systemd needs a daemon-reload).
+  returned: always
+  type: bool
+daemon_reloaded:
+  description:
+    - Whether this call ran C(systemctl daemon-reload), successfully (O(daemon_reload) and RV(dropins_changed)).
+    - Always V(false) in check mode, where nothing runs, even when a drop-in would change.
   returned: always
   type: bool
 state:
@@ -163,6 +199,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import host_state
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files import DROPIN_NAME, host_files
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.systemd_reload import reload_systemd
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.toolkit_config import HARDENING_SETTINGS
 
 
@@ -192,6 +229,7 @@ def main():
             dropin_marker=dict(type="str"),
             state_path=dict(type="path"),
             state_digest=dict(type="str"),
+            daemon_reload=dict(type="bool", default=False),
         ),
         required_together=[
             ("env_path", "env_content"),
@@ -207,6 +245,9 @@ def main():
             result["state"] = record_state(module.params)
         except host_state.HostStateError as exc:
             module.warn(str(exc))
+    # after the files (and their record): a failure here reports what was written
+    with fail_on_refusal(module, **result):
+        reload_systemd(module, result, module.params["daemon_reload"], check_mode=module.check_mode)
     module.exit_json(**result)
 
 

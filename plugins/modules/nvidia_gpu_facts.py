@@ -17,7 +17,9 @@ description:
   - Reads NVML through the Python binding C(pynvml) (PyPI package C(nvidia-ml-py)) when it is importable
     and NVML starts; otherwise runs C(nvidia-smi). The backend used is returned as
     C(ansible_facts.nvidia_gpu_backend).
-  - Read-only. Never changes the host, so check mode returns the same facts.
+  - Read-only, except for one thing asked for with O(install_binding). Where the NVML binding does not import,
+    the module then pip-installs it into the Python that runs it and reads NVML in the same call. Check mode
+    installs nothing and returns the facts read without it.
   - A host without an NVIDIA driver returns an empty list and says why in C(msg), unless O(required=true).
 author:
   - gpusplit team (!UNKNOWN)
@@ -96,8 +98,31 @@ options:
         RV(host_state). The role C(gpusplit.k8s.gpu_host) skips gpu_host_files on a host whose record holds this
         run's digest and whose files are as recorded (docs/performance.md). Not read when unset.
     type: path
+  install_binding:
+    description:
+      - Where the NVML binding C(pynvml) does not import (and O(backend) is V(auto) or V(nvml)), run
+        C(<the Python that runs this module> -m pip install nvidia-ml-py==<binding_version>) with a time limit of
+        300 s, then read NVML in the same call. Where it imports, pip never runs, so a re-run touches no network.
+      - A failed install fails the host with pip's last lines and what to do (no pip for that Python, an
+        externally managed Python, no route to the package index).
+      - The only change the module makes; the result is C(changed) when pip installed the binding (or, in check
+        mode, would have run pip; nothing is installed then).
+      - The role C(gpusplit.k8s.gpu_discovery) sets it from C(gpusplit_install_nvml_binding).
+    type: bool
+    default: false
+  binding_version:
+    description: The version of C(nvidia-ml-py) that O(install_binding) installs (pinned).
+    type: str
+    default: "13.615.71"
+  break_system_packages:
+    description:
+      - Pass C(--break-system-packages) to pip, needed where the system Python is externally managed (PEP 668)
+        and no virtual environment is used. Only with O(install_binding).
+    type: bool
+    default: false
 notes:
-  - Supports C(check_mode) (the module never changes anything).
+  - Supports C(check_mode). Nothing but the NVML binding (O(install_binding)) is ever changed, and check mode
+    does not install it.
   - GPU indices are not stable across reboots; use C(uuid) or C(pci_bus_id) to name a GPU.
   - The C(nvidia-smi) backend takes the minor number and the CUDA version from C(nvidia-smi -q -x),
     MIG device UUIDs and profiles from C(nvidia-smi -L), everything else from C(--query-gpu).
@@ -121,6 +146,12 @@ EXAMPLES = r"""
     backend: nvidia-smi
     required: true
     nvidia_smi_path: /usr/bin/nvidia-smi
+
+- name: Read NVML, pip-installing the pinned binding where it is missing (no pip where it imports)
+  gpusplit.k8s.nvidia_gpu_facts:
+    backend: nvml
+    install_binding: true
+    binding_version: "13.615.71"
 
 - name: Show the UUIDs of the healthy GPUs
   ansible.builtin.debug:
@@ -250,9 +281,11 @@ nvml_binding:
     - Whether the NVML Python binding C(pynvml) imports in the Python that runs the module (C(importable)),
       that Python (C(python), its C(sys.executable)) and the import error (C(error), null when importable).
     - Not asked for (C(importable) null) with O(backend=nvidia-smi).
+    - C(installed), the version of C(nvidia-ml-py) that O(install_binding) installed in this call (null when
+      pip did not install it); in check mode C(would_install), the requirement pip would have installed.
   returned: always
   type: dict
-  sample: {importable: false, python: /usr/bin/python3, error: "No module named 'pynvml'"}
+  sample: {importable: false, python: /usr/bin/python3, error: "No module named 'pynvml'", installed: null}
 pod_resources:
   description:
     - With O(pod_resources_socket), the kubelet's pod-resources answer, as M(gpusplit.k8s.gpu_pod_resources) returns
@@ -277,9 +310,9 @@ import sys
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import binding as gpu_binding
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import deadline
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import smi as gpu_smi
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.processes import annotate_processes
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import (
     HEALTH_DEGRADED,
@@ -301,6 +334,9 @@ ARGUMENT_SPEC = {
     "pod_resources_socket": {"type": "path"},
     "pod_resources_timeout": {"type": "float", "default": host_pod_resources.DEFAULT_TIMEOUT},
     "host_state_path": {"type": "path"},
+    "install_binding": {"type": "bool", "default": False},
+    "binding_version": {"type": "str", "default": gpu_binding.DEFAULT_VERSION},
+    "break_system_packages": {"type": "bool", "default": False},
 }
 
 
@@ -320,9 +356,22 @@ class HostIO:
     def is_executable(self, path):
         return os.path.isfile(path) and os.access(path, os.X_OK)
 
+    @property
+    def check_mode(self):
+        return self.module.check_mode
+
     def run(self, argv):
         """(rc, stdout, stderr) of ``argv``; GpuTimeout when it takes longer than ``timeout``."""
         return deadline.run_command(argv, self.timeout, env=dict(os.environ, LC_ALL="C"))
+
+    def install_binding(self, version, break_system_packages):
+        """pip-install the NVML binding into this Python; True when pip installed it."""
+        return gpu_binding.install(
+            deadline.run_command,
+            sys.executable,
+            version,
+            break_system_packages,
+        )
 
     def read_text(self, path):
         try:
@@ -385,6 +434,37 @@ def _collect_nvml(nvml, timeout):
     )
 
 
+def _import_binding(params, io, binding):
+    """``import pynvml``; where it fails and ``install_binding`` asks for it, pip-install the binding into
+    this Python first and import it again. Records in ``binding`` what was installed (``installed``, the
+    version) or, in check mode, what would be (``would_install``). Raises ImportError when the binding is
+    still missing (the caller falls back to nvidia-smi), GpuFactsError when pip fails."""
+    try:
+        return io.import_nvml()
+    except ImportError as exc:
+        if not params.get("install_binding"):
+            raise
+        version = params.get("binding_version") or gpu_binding.DEFAULT_VERSION
+        if getattr(io, "check_mode", False):
+            binding["would_install"] = f"{gpu_binding.PACKAGE}=={version}"
+            raise
+        missing = exc
+    # pip's "Successfully installed": the binding was missing and is there now; without it (pip had
+    # nothing to do) the import below still says whether it imports
+    if io.install_binding(version, params.get("break_system_packages", False)):
+        binding["installed"] = version
+    importlib.invalidate_caches()
+    try:
+        return io.import_nvml()
+    except ImportError as exc:
+        raise GpuFactsError(
+            f"gpusplit_install_nvml_binding: pip installed {gpu_binding.PACKAGE}=={version} into {sys.executable}, "
+            f"but the binding still does not import there ({exc}; before the install: {missing}). Check that "
+            "pip installs into that Python's site-packages (a user or target option in pip.conf may send it "
+            "elsewhere)."
+        ) from None
+
+
 def gather(params, io):
     """The module's work, with the host behind io. Returns the result; raises GpuFactsError to fail."""
     backend = params["backend"]
@@ -393,11 +473,11 @@ def gather(params, io):
     no_driver = []
     data = None
     used = None
-    binding = {"importable": None, "python": sys.executable, "error": None}
+    binding = {"importable": None, "python": sys.executable, "error": None, "installed": None}
 
     if backend in ("auto", "nvml"):
         try:
-            nvml = io.import_nvml()
+            nvml = _import_binding(params, io, binding)
         except ImportError as exc:
             binding.update(importable=False, error=str(exc))
             if backend == "nvml":
@@ -441,6 +521,9 @@ def gather(params, io):
             return _no_gpu(
                 params, "No NVIDIA driver on this host: " + "; ".join(no_driver), warnings, binding
             )
+        # imported here: most hosts read NVML, and every import costs each module execution its compile
+        from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import smi as gpu_smi
+
         try:
             data = gpu_smi.collect(io.run, smi, read_text=io.read_text, sysfs_root=params["sysfs_root"])
             used = "nvidia-smi"
@@ -500,6 +583,9 @@ def main():
         result["pod_resources"] = holders
     if module.params["host_state_path"]:
         result["host_state"] = host_state.read_state(module.params["host_state_path"])
+    binding = result.get("nvml_binding") or {}
+    # the only change the module makes: the NVML binding, where install_binding asked for it
+    result["changed"] = bool(binding.get("installed") or binding.get("would_install"))
     for warning in result.pop("warnings"):
         module.warn(warning)
     module.exit_json(**result)

@@ -16,7 +16,9 @@ one module execution:
   marker (what the find module's ``contains: ^marker`` matched before) that no listed drop-in names.
 
 Everything is read and compared first (:func:`plan_host_files`); only then is anything written
-(:func:`apply_entries`). Standard library only: managed hosts run Python 3.8 to 3.13.
+(:func:`apply_entries`). With ``daemon_reload``, a drop-in that changes needs systemctl: its absence is
+refused before anything is written; the reload runs after (``systemd_reload.py``). Standard library
+only: managed hosts run Python 3.8 to 3.13.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     write_atomic,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import find_managed_dropins
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.systemd_reload import find_systemctl
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.toolkit_config import (
     TomlEditError,
     edit_config,
@@ -339,9 +342,29 @@ def result_of(plan, with_diff):
     return result
 
 
+def reload_units(entries):
+    """The units whose drop-in text changes (written or removed): what a systemd daemon-reload is for."""
+    return [
+        e["unit"]
+        for e in entries
+        if e["changed"] and (e["kind"] == "stale_dropin" or (e["kind"] == "dropin" and e["action"] != "mode"))
+    ]
+
+
 def host_files(module, params, check_mode=False, with_diff=False):
-    """Plan, then (unless ``check_mode``) write; the module's result. Refusals raise HostFilesError."""
+    """Plan, then (unless ``check_mode``) write; the module's result. Refusals raise HostFilesError.
+
+    With ``params["daemon_reload"]`` and a drop-in that changes, a host without systemctl is refused
+    (SystemdReloadError) before anything is written, in check mode too; the reload itself runs after,
+    ``systemd_reload.reload_systemd``. ``daemon_reloaded`` is False in the result returned here.
+    """
     plan = plan_host_files(params)
+    if params.get("daemon_reload"):
+        units = reload_units(plan["entries"])
+        if units:
+            find_systemctl(module, units, check_mode)
     if not check_mode:
         apply_entries(module, plan["entries"])
-    return result_of(plan, with_diff)
+    result = result_of(plan, with_diff)
+    result["daemon_reloaded"] = False
+    return result

@@ -211,3 +211,63 @@ def test_an_unchanged_host_skips_the_host_side_and_a_hand_edit_brings_it_back(pl
     counts, _ = run()
     assert counts["by_task"][HOST_SIDE] == 1
     assert stray.read_text().startswith(MARKER)
+
+
+# split.yml's way: the entry point fleet once on the controller, then split.yml's own host play
+# (entry point apply, imported statically, no argument spec): each pending host goes through one task,
+# the module; the fleet's two run_once tasks (take the runs, say what happened) run once in all.
+FLEET_PLAN = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - name: Plan the fleet (every host's node plan)
+      ansible.builtin.set_fact:
+        gpusplit_fleet_plan:
+          nodes: >-
+            {%- set ns = namespace(nodes={}) -%}
+            {%- for host in groups['all'] -%}
+            {%- set hv = hostvars[host] -%}
+            {%- set ns.nodes = ns.nodes | combine({host: hv.facts | gpusplit.k8s.node_plan(host, hv.mode,
+                  {'host_count': 1} if hv.mode != 'none' else none)}) -%}
+            {%- endfor -%}
+            {{ ns.nodes }}
+"""
+SPLIT_PLAYS = ("Work out the host side of every GPU host", "Apply the host side of the split")
+
+
+def split_playbook():
+    plays = {p.get("name"): p for p in yaml.safe_load((ROOT / "playbooks" / "split.yml").read_text())}
+    return FLEET_PLAN + yaml.safe_dump([plays[name] for name in SPLIT_PLAYS], sort_keys=False)
+
+
+def test_split_ymls_host_play_costs_each_pending_host_one_task(play):
+    run, tmp_path = play
+    (tmp_path / "play.yml").write_text(split_playbook())
+    hosts = yaml.safe_load((tmp_path / "hosts.yml").read_text())
+    for hv in hosts["all"]["hosts"].values():
+        hv["gpusplit_plugin_settings"] = {"hardening": "volume-mounts"}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(hosts))
+    roots = tmp_path / "roots"
+    for args, changed in (((), True), ((), False), (("--check", "--diff"), False)):
+        counts, stdout = run(*args)
+        assert counts["host_side"] == dict.fromkeys(HOSTS, 1), (args, counts)
+        assert counts["by_task"] == {HOST_SIDE: len(HOSTS)}, (args, counts)
+        # every task result of the GPU hosts: one each, plus the two run_once tasks of the fleet
+        # (no argument-spec check, no render, no include, no systemd task per host)
+        results = {
+            h: s["ok"] + s["skipped"] + s["failures"] for h, s in counts["stats"].items() if h in HOSTS
+        }
+        assert sum(results.values()) == len(HOSTS) + 2, (args, counts["stats"])
+        assert sorted(results.values()) == [1, 1, 3], (args, counts["stats"])
+        assert "Validating arguments against arg spec 'main'" not in stdout
+        assert "Validating arguments against arg spec 'fleet'" in stdout  # once, on the controller
+        assert (sum(s["changed"] for h, s in counts["stats"].items() if h in HOSTS) > 0) is changed
+        # the fleet's message reads each host's run from the fleet's result
+        assert "services: node services (mode device_plugin)" in stdout, stdout
+        if changed:
+            assert "services: restart trainer.service to apply the host share" in stdout
+    systemd = roots / "services" / "etc" / "systemd" / "system"
+    assert (systemd / "trainer.service.d" / "50-gpusplit.conf").read_text().startswith(MARKER)
+    assert not (systemd / "old.service.d" / "50-gpusplit.conf").exists()
+    hardened = (roots / "hardened" / "etc" / "nvidia-container-runtime" / "config.toml").read_text()
+    assert "\naccept-nvidia-visible-devices-envvar-when-unprivileged = false" in hardened

@@ -58,40 +58,22 @@ def test_a_host_whose_discovery_did_not_finish_says_so(host_vars):
     }
 
 
-def installed_vars(include, installed=None):
-    """A host after the role: its first reading (nvidia-smi, no binding), the install step's registered
-    result and the second reading."""
-    return {
-        "gpu_discovery_result": result("nvidia-smi", gpus=1, importable=False),
-        "gpu_discovery_nvml_include": include,
-        "gpu_discovery_result_installed": installed if installed is not None else result("nvml", gpus=1),
-    }
-
-
-INCLUDED = {"changed": False, "include": "nvml_binding.yml", "include_args": {}}
-SKIPPED = {"changed": False, "skipped": True, "skip_reason": "Conditional result was False"}
-
-
-@pytest.mark.parametrize(
-    ("host_vars", "backend"),
-    [
-        # this run went through the install: the second reading counts, wherever the flag was set
-        (installed_vars(INCLUDED), "nvml"),
-        # the install step was skipped in this run: an earlier run's second reading is not this run's
-        (installed_vars(SKIPPED), "nvidia-smi"),
-        # no install step registered (the role before it, or another role's result)
-        (installed_vars(None), "nvidia-smi"),
-        # pip installed nothing, so the second reading was skipped
-        (installed_vars(INCLUDED, installed={"skipped": True}), "nvidia-smi"),
-    ],
-)
-def test_the_reading_after_an_install_counts_only_when_this_run_installed(host_vars, backend):
-    assert fleet.discovery_reports({"a": host_vars}, ["a"])["a"]["backend"] == backend
+def test_a_host_where_the_module_installed_the_binding_reports_that_reading():
+    """The module installs the binding and reads NVML in the same call: its one result is the report, and
+    the binding's install shows in nvml_binding (any other registered variable is not read)."""
+    installed = result("nvml", gpus=1)
+    installed["changed"] = True
+    installed["nvml_binding"] = {"importable": True, "python": "/usr/bin/python3", "installed": "13.615.71"}
+    stale = result("nvidia-smi", gpus=3, importable=False)
+    host = {"gpu_discovery_result": installed, "gpu_discovery_result_installed": stale}
+    report = fleet.discovery_reports({"a": host}, ["a"])["a"]
+    assert report["backend"] == "nvml" and len(report["gpus"]) == 1
+    assert report["nvml_binding"]["installed"] == "13.615.71"
 
 
 def test_given_the_roles_reports_every_other_host_did_not_finish_and_no_variables_are_read():
-    """discover.yml hands over the role's reports: a host missing there failed after its first reading
-    (a failed install) or was never reached, whatever its registered result says."""
+    """discover.yml hands over the role's reports: a host missing there failed (a failed install, a bad
+    value of its own) or was never reached, whatever its registered result says."""
 
     class NoReads(dict):
         def __getitem__(self, host):

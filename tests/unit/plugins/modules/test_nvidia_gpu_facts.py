@@ -257,7 +257,7 @@ def test_gpu_discovery_role_installs_the_binding(tmp_path):
                             "name": "Keep what the module said",
                             "ansible.builtin.copy": {
                                 "content": "{{ {'report': gpu_discovery_reports[inventory_hostname], "
-                                "'warnings': gpu_discovery_result_installed.warnings | default([])} | to_json }}",
+                                "'warnings': gpu_discovery_result.warnings | default([])} | to_json }}",
                                 "dest": f"{reports}/{{{{ inventory_hostname }}}}.json",
                                 "mode": "0644",
                             },
@@ -283,9 +283,11 @@ def test_gpu_discovery_role_installs_the_binding(tmp_path):
     rc, output = run(argv, env)
     assert rc != 0, output  # the host without pip fails
     assert re.search(r"with-pip\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", output), output
-    install = output[output.index("Install the NVML Python binding") :]
-    install = install[: install.index("TASK [")]
-    assert "changed: [with-pip]" in install and "ok: [without-pip]" in install, install
+    # one task per host: the module installs the binding and reads NVML in the same call
+    assert "Install the NVML" not in output
+    gather = output[output.index("TASK [gpusplit.k8s.gpu_discovery : Gather NVIDIA GPU facts]") :]
+    gather = gather[: gather.index("TASK [", 10)]
+    assert "changed: [with-pip]" in gather and "fatal: [without-pip]" in gather, gather
     assert re.search(r"without-pip\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", output), output
     assert f"pip could not install nvidia-ml-py=={version}" in output
     assert "No module named pip" in output and "Install pip for that Python" in output
@@ -401,12 +403,70 @@ def test_gpu_discovery_fleet_pip_only_when_asked_and_missing_then_never_again(tm
         assert call[:2] == ["install", "--disable-pip-version-check"] and call[3].startswith("nvidia-ml-py==")
     report = json.loads((out / "gpus.json").read_text())
     assert {report[name]["backend"] for name in venvs} == {"nvml"}
+    assert {report[name]["nvml_binding"]["installed"] for name in venvs} == {call[3].split("==", 1)[1]}
     assert "not importable" not in output
+    gather = output[output.index("TASK [gpusplit.k8s.gpu_discovery : Gather NVIDIA GPU facts]") :]
+    gather = gather[: gather.index("TASK [", 10)]
+    assert "changed: [gpu-a]" in gather and "changed: [gpu-b]" in gather, gather
 
     # 3. again: the binding imports everywhere, so no host runs pip
     rc, output = run(healthy, env)
     assert rc == 0, output
     assert all(len(_pip_calls(venv)) == 1 for venv in venvs.values())
-    install = output[output.index("TASK [gpusplit.k8s.gpu_discovery : Install the NVML") :]
-    install = install[: install.index("TASK [", 10)]
-    assert "skipping: [gpu-a]" in install and "skipping: [gpu-b]" in install, install
+    gather = output[output.index("TASK [gpusplit.k8s.gpu_discovery : Gather NVIDIA GPU facts]") :]
+    gather = gather[: gather.index("TASK [", 10)]
+    assert "ok: [gpu-a]" in gather and "ok: [gpu-b]" in gather and "changed:" not in gather, gather
+    report = json.loads((out / "gpus.json").read_text())
+    assert {report[name]["nvml_binding"]["installed"] for name in venvs} == {None}
+
+
+def test_discover_checks_the_roles_variables_once_and_each_hosts_values_in_its_module(tmp_path):
+    """discover.yml takes the role's entry point fleet: the argument check runs on one host of the play,
+    not on each; a bad value of one host fails that host (the module's own check, naming the option)
+    while the others are read; a bad play-wide value stops the run at the check, naming the variable,
+    before any host is read."""
+    base = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "gpusplit_discovery_environment": {
+            "PYTHONPATH": str(FAKES),
+            "GPUSPLIT_FAKE_NVML_FIXTURE": str(FIXTURES / "h200.json"),
+        },
+        "gpusplit_discovery_proc_root": str(PROC),
+    }
+    hosts = {f"gpu-{i}": {} for i in range(3)}
+    hosts["gpu-bad"] = {"gpusplit_discovery_backend": "cuda"}
+    inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts}}, "vars": base}}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+    out = tmp_path / "out"
+    argv = [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        str(tmp_path / "hosts.yml"),
+        str(ROOT / "playbooks" / "discover.yml"),
+        "-e",
+        f"gpusplit_out_dir={out}",
+    ]
+    env = ansible_env(ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
+    rc, output = run(argv, env)
+    assert rc != 0, output
+    check = output[output.index("TASK [gpusplit.k8s.gpu_discovery : Check the discovery's variables once") :]
+    check = check[: check.index("TASK [", 10)]
+    assert len(re.findall(r"^ok: \[", check, flags=re.M)) == 1, check  # one host, not four
+    assert "Validating arguments against arg spec" not in output  # no per-host check of the role's main
+    assert "value of backend must be one of: auto, nvml, nvidia-smi, got: cuda" in output
+    assert re.search(r"gpu-bad\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", output), output
+    report = json.loads((out / "gpus.json").read_text())
+    assert report["gpu-bad"]["msg"] == "GPU discovery did not finish on this host"
+    assert all(
+        len(report[f"gpu-{i}"]["gpus"]) == len(json.loads((FIXTURES / "h200.json").read_text())["gpus"])
+        for i in range(3)
+    )
+
+    # a bad value for the whole play: refused by the check, by its variable's name, before any module runs
+    rc, output = run(
+        [*argv, "-e", "gpusplit_hosts=gpu-0:gpu-1", "-e", "gpusplit_discovery_timeout=soon"], env
+    )
+    assert rc != 0, output
+    assert "gpusplit_discovery_timeout" in output, output
+    assert "TASK [gpusplit.k8s.gpu_discovery : Gather NVIDIA GPU facts]" not in output, output

@@ -154,7 +154,12 @@ def test_module_within_its_limit_reports_the_binding(monkeypatch, capsys):
     monkeypatch.setenv(ENV, str(FIXTURES / "h200.json"))
     code, result = run_main({"backend": "nvidia-smi", "nvidia_smi_path": str(FAKE_SMI)}, monkeypatch, capsys)
     assert code == 0 and len(result["ansible_facts"]["nvidia_gpus"]) == 1
-    assert result["nvml_binding"] == {"importable": None, "python": sys.executable, "error": None}
+    assert result["nvml_binding"] == {
+        "importable": None,
+        "python": sys.executable,
+        "error": None,
+        "installed": None,
+    }
 
 
 def test_fallback_warning_can_be_left_to_the_fleet_summary(monkeypatch):

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,10 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files impo
     find_managed_dropins,
     host_files,
     plan_host_files,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.systemd_reload import (
+    SystemdReloadError,
+    reload_systemd,
 )
 
 ROOT = Path(__file__).resolve().parents[5]
@@ -32,8 +37,12 @@ DROPIN = MARKER + "\n[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=GPU-1\n"
 
 
 class FakeModule:
-    """What write_atomic needs of an AnsibleModule: atomic_move (keeps an old file's mode, a new file
-    gets the umask's)."""
+    """What host_files needs of an AnsibleModule: atomic_move (keeps an old file's mode, a new file
+    gets the umask's), and for the daemon-reload get_bin_path (PATH only) and run_command (the
+    command really runs: the tests put a systemctl stand-in on PATH)."""
+
+    def __init__(self):
+        self.commands = []
 
     def atomic_move(self, src, dest):
         creating = not os.path.exists(dest)
@@ -42,6 +51,14 @@ class FakeModule:
         os.rename(src, dest)
         if creating:
             os.chmod(dest, 0o666 & ~0o022)
+
+    def get_bin_path(self, name):
+        return shutil.which(name, path=os.environ.get("PATH", ""))
+
+    def run_command(self, args, handle_exceptions=True):
+        self.commands.append(list(args))
+        done = subprocess.run(args, capture_output=True, text=True)
+        return done.returncode, done.stdout, done.stderr
 
 
 def host_root(tmp_path, toolkit=True):
@@ -304,3 +321,157 @@ def test_a_folder_where_a_file_belongs_is_refused_naming_it(tmp_path):
     with pytest.raises(GpusplitError) as caught:
         host_files(FakeModule(), params(root, toolkit=False))
     assert caught.value.errors == [f"{env} is not a regular file"]
+
+
+# --------------------------------------------------------------------------------------------
+# systemctl daemon-reload (option daemon_reload; plugins/module_utils/_host/systemd_reload.py)
+
+
+@pytest.fixture
+def systemctl(tmp_path, monkeypatch):
+    """A systemctl stand-in alone on PATH: logs its arguments, answers with $STANDIN_RC and $STANDIN_ERR."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    log = tmp_path / "systemctl.log"
+    script = folder / "systemctl"
+    script.write_text(
+        f'#!/bin/sh\necho "$*" >> "{log}"\n'
+        '[ -n "$STANDIN_ERR" ] && echo "$STANDIN_ERR" >&2\nexit "${STANDIN_RC:-0}"\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", str(folder))
+    monkeypatch.delenv("STANDIN_RC", raising=False)
+    monkeypatch.delenv("STANDIN_ERR", raising=False)
+
+    def calls():
+        return log.read_text().splitlines() if log.exists() else []
+
+    return script, calls
+
+
+def run_with_reload(module, args, check_mode=False):
+    """As the module runs: host_files (systemctl looked for first), then the reload after writing."""
+    result = host_files(module, args, check_mode=check_mode)
+    return reload_systemd(module, result, args.get("daemon_reload"), check_mode=check_mode)
+
+
+def test_a_changed_drop_in_reloads_systemd_once_after_writing_and_an_unchanged_one_does_not(
+    tmp_path, systemctl
+):
+    script, calls = systemctl
+    root = host_root(tmp_path, toolkit=False)
+    args = dict(params(root, toolkit=False), daemon_reload=True)
+    module = FakeModule()
+    result = run_with_reload(module, args)
+    assert result["dropins_changed"] is True and result["daemon_reloaded"] is True
+    assert module.commands == [[str(script), "daemon-reload"]]
+    assert calls() == ["daemon-reload"]
+    assert (
+        root / "etc" / "systemd" / "system" / "trainer.service.d" / "50-gpusplit.conf"
+    ).read_text() == DROPIN
+    # nothing changed: no reload
+    again = run_with_reload(FakeModule(), args)
+    assert again["changed"] is False and again["daemon_reloaded"] is False
+    assert calls() == ["daemon-reload"]
+    # only the env file changed: systemd has nothing to re-read
+    (root / "etc" / "gpusplit" / "host-gpus.env").write_text("CUDA_VISIBLE_DEVICES=\n")
+    env_only = run_with_reload(FakeModule(), args)
+    assert env_only["changed"] is True and env_only["daemon_reloaded"] is False
+    # a removed (stale) drop-in reloads too
+    removed = run_with_reload(FakeModule(), dict(params(root, units=(), toolkit=False), daemon_reload=True))
+    assert removed["released_units"] == ["trainer.service"] and removed["daemon_reloaded"] is True
+    assert calls() == ["daemon-reload", "daemon-reload"]
+
+
+def test_without_daemon_reload_systemctl_is_neither_looked_for_nor_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no systemctl anywhere
+    root = host_root(tmp_path, toolkit=False)
+    for wanted in (False, None):
+        module = FakeModule()
+        result = run_with_reload(module, dict(params(root, toolkit=False), daemon_reload=wanted))
+        assert result["daemon_reloaded"] is False and module.commands == []
+    assert (
+        root / "etc" / "systemd" / "system" / "trainer.service.d" / "50-gpusplit.conf"
+    ).read_text() == DROPIN
+
+
+def test_check_mode_runs_nothing_and_says_daemon_reloaded_false(tmp_path, systemctl):
+    _script, calls = systemctl
+    root = host_root(tmp_path, toolkit=False)
+    before = snapshot(root)
+    module = FakeModule()
+    result = run_with_reload(module, dict(params(root, toolkit=False), daemon_reload=True), check_mode=True)
+    assert result["dropins_changed"] is True and result["daemon_reloaded"] is False
+    assert module.commands == [] and calls() == []
+    assert snapshot(root) == before
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_no_systemctl_with_a_drop_in_to_change_is_refused_before_anything_is_written(
+    tmp_path, monkeypatch, check_mode
+):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    root = host_root(tmp_path)
+    before = snapshot(root)
+    with pytest.raises(SystemdReloadError) as caught:
+        host_files(FakeModule(), dict(params(root), daemon_reload=True), check_mode=check_mode)
+    message = caught.value.errors[0]
+    assert "systemctl is not on this host" in message and "trainer.service" in message
+    assert "systemctl daemon-reload" in message and "gpusplit_systemd_reload: false" in message
+    assert ("Nothing was written (check mode)" in message) is check_mode
+    assert "Nothing was written" in message
+    assert snapshot(root) == before
+
+
+def test_a_failed_reload_names_the_command_rc_and_stderr_and_says_the_files_are_written(
+    tmp_path, systemctl, monkeypatch
+):
+    script, calls = systemctl
+    monkeypatch.setenv("STANDIN_RC", "3")
+    monkeypatch.setenv("STANDIN_ERR", "Failed to connect to bus: No such file or directory")
+    root = host_root(tmp_path, toolkit=False)
+    args = dict(params(root, toolkit=False), daemon_reload=True)
+    module = FakeModule()
+    result = host_files(module, args)
+    with pytest.raises(SystemdReloadError) as caught:
+        reload_systemd(module, result, True)
+    message = caught.value.errors[0]
+    assert (
+        f"`{script} daemon-reload` failed (rc 3: Failed to connect to bus: No such file or directory)"
+        in message
+    )
+    assert "The files were already written (drop-ins of trainer.service)" in message
+    assert "gpusplit_systemd_reload: false" in message
+    assert result["daemon_reloaded"] is False
+    assert calls() == ["daemon-reload"]
+    assert (
+        root / "etc" / "systemd" / "system" / "trainer.service.d" / "50-gpusplit.conf"
+    ).read_text() == DROPIN
+
+
+def test_a_reload_that_cannot_start_is_reported_as_such(tmp_path):
+    class Unstartable(FakeModule):
+        def get_bin_path(self, name):
+            return "/usr/bin/systemctl"
+
+        def run_command(self, args, handle_exceptions=True):
+            assert handle_exceptions is False  # the module's message, not run_command's own failure
+            raise PermissionError(13, "Permission denied", args[0])
+
+    result = {"dropins_changed": True, "restart_units": ["a.service"], "released_units": ["b.service"]}
+    with pytest.raises(SystemdReloadError) as caught:
+        reload_systemd(Unstartable(), result, True)
+    message = caught.value.errors[0]
+    assert message.startswith("`/usr/bin/systemctl daemon-reload` failed (could not run: ")
+    assert "Permission denied" in message and "drop-ins of a.service, b.service" in message
+
+
+def test_systemctl_gone_after_writing_says_the_files_are_written(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    result = {"dropins_changed": True, "restart_units": ["trainer.service"], "released_units": []}
+    with pytest.raises(SystemdReloadError) as caught:
+        reload_systemd(FakeModule(), result, True)
+    message = caught.value.errors[0]
+    assert message.startswith("`systemctl daemon-reload` failed (not run: systemctl is not on this host). ")
+    assert "The files were already written (drop-ins of trainer.service)" in message
+    assert "gpusplit_systemd_reload: false" in message
