@@ -41,6 +41,18 @@ def run(argv, env, timeout=240):
     return done.returncode, done.stdout + done.stderr
 
 
+def discover_argv(inventory, out):
+    """ansible-playbook playbooks/discover.yml on ``inventory``, its reports written to ``out``."""
+    return [
+        str(BIN / "ansible-playbook"),
+        "-i",
+        str(inventory),
+        str(ROOT / "playbooks" / "discover.yml"),
+        "-e",
+        f"gpusplit_out_dir={out}",
+    ]
+
+
 def adhoc(module_args, env):
     argv = [
         str(BIN / "ansible"),
@@ -368,14 +380,7 @@ def test_gpu_discovery_fleet_pip_only_when_asked_and_missing_then_never_again(tm
     }
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     out = tmp_path / "out"
-    base = [
-        str(BIN / "ansible-playbook"),
-        "-i",
-        str(tmp_path / "hosts.yml"),
-        str(ROOT / "playbooks" / "discover.yml"),
-        "-e",
-        f"gpusplit_out_dir={out}",
-    ]
+    base = discover_argv(tmp_path / "hosts.yml", out)
     env = ansible_env(ANSIBLE_CALLBACK_RESULT_FORMAT="yaml", PYTHONPATH="")
 
     # 1. not asked to install: no pip, one fleet note, the wedged host fails on its own
@@ -439,14 +444,7 @@ def test_discover_checks_the_roles_variables_once_and_each_hosts_values_in_its_m
     inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts}}, "vars": base}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     out = tmp_path / "out"
-    argv = [
-        str(BIN / "ansible-playbook"),
-        "-i",
-        str(tmp_path / "hosts.yml"),
-        str(ROOT / "playbooks" / "discover.yml"),
-        "-e",
-        f"gpusplit_out_dir={out}",
-    ]
+    argv = discover_argv(tmp_path / "hosts.yml", out)
     env = ansible_env(ANSIBLE_CALLBACK_RESULT_FORMAT="yaml")
     rc, output = run(argv, env)
     assert rc != 0, output
