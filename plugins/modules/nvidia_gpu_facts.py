@@ -86,6 +86,13 @@ options:
         other failure is returned in its C(error), and the role C(gpusplit.k8s.gpu_resplit) stops with it before
         any change where a GPU may leave the host's Kubernetes share.
     type: path
+  pod_resources:
+    description:
+      - Set to V(false) not to read O(pod_resources_socket) (no RV(pod_resources) then). The role
+        C(gpusplit.k8s.gpu_discovery) passes C(gpusplit_discovery_pod_resources) here, so that a value that is not a
+        boolean fails the host by name.
+    type: bool
+    default: true
   pod_resources_timeout:
     description:
       - Seconds for the pod-resources call, connecting included.
@@ -290,7 +297,7 @@ pod_resources:
   description:
     - With O(pod_resources_socket), the kubelet's pod-resources answer, as M(gpusplit.k8s.gpu_pod_resources) returns
       it (C(available), C(socket), C(pods), C(holders)); with C(error) instead when it could not be read.
-  returned: when O(pod_resources_socket) is set
+  returned: when O(pod_resources_socket) is set and O(pod_resources) is not false
   type: dict
   sample: {available: true, socket: /var/lib/kubelet/pod-resources/kubelet.sock, pods: [], holders: []}
 host_state:
@@ -332,6 +339,7 @@ ARGUMENT_SPEC = {
     "timeout": {"type": "float", "default": deadline.DEFAULT_TIMEOUT},
     "fallback_warning": {"type": "bool", "default": True},
     "pod_resources_socket": {"type": "path"},
+    "pod_resources": {"type": "bool", "default": True},
     "pod_resources_timeout": {"type": "float", "default": host_pod_resources.DEFAULT_TIMEOUT},
     "host_state_path": {"type": "path"},
     "install_binding": {"type": "bool", "default": False},
@@ -560,10 +568,11 @@ def gather(params, io):
 
 
 def read_holders(params):
-    """The kubelet's pod-resources answer when ``pod_resources_socket`` is set (None otherwise). A
+    """The kubelet's pod-resources answer when ``pod_resources_socket`` is set and ``pod_resources`` is
+    not false (None otherwise). A
     failure is returned, not raised: the GPU facts stand without it (``error``, the reason)."""
     socket = params.get("pod_resources_socket")
-    if not socket:
+    if not socket or params.get("pod_resources") is False:
         return None
     try:
         return host_pod_resources.read_pod_resources(

@@ -441,6 +441,7 @@ def test_discover_checks_the_roles_variables_once_and_each_hosts_values_in_its_m
     }
     hosts = {f"gpu-{i}": {} for i in range(3)}
     hosts["gpu-bad"] = {"gpusplit_discovery_backend": "cuda"}
+    hosts["gpu-maybe"] = {"gpusplit_discovery_pod_resources": "maybe"}  # not coerced to false
     inventory = {"all": {"children": {"gpu_nodes": {"hosts": hosts}}, "vars": base}}
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
     out = tmp_path / "out"
@@ -450,10 +451,12 @@ def test_discover_checks_the_roles_variables_once_and_each_hosts_values_in_its_m
     assert rc != 0, output
     check = output[output.index("TASK [gpusplit.k8s.gpu_discovery : Check the discovery's variables once") :]
     check = check[: check.index("TASK [", 10)]
-    assert len(re.findall(r"^ok: \[", check, flags=re.M)) == 1, check  # one host, not four
+    assert len(re.findall(r"^ok: \[", check, flags=re.M)) == 1, check  # one host, not five
     assert "Validating arguments against arg spec" not in output  # no per-host check of the role's main
     assert "value of backend must be one of: auto, nvml, nvidia-smi, got: cuda" in output
     assert re.search(r"gpu-bad\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", output), output
+    assert re.search(r"argument 'pod_resources' is of type .*str.* unable to convert to bool", output), output
+    assert re.search(r"gpu-maybe\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", output), output
     report = json.loads((out / "gpus.json").read_text())
     assert report["gpu-bad"]["msg"] == "GPU discovery did not finish on this host"
     assert all(
