@@ -17,6 +17,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpusplit.k8s.plugins.modules import gpu_host_files
 
 ROOT = Path(__file__).resolve().parents[4]
+SYSTEMCTL_STANDIN = ROOT / "tests" / "fakes" / "systemctl" / "systemctl"
 BIN = Path(sys.executable).parent
 MARKER = "# Managed by gpusplit (gpusplit.k8s.gpu_host)."
 DROPIN = MARKER + "\n[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=GPU-1\n"
@@ -43,16 +44,13 @@ def test_ansible_doc_renders_daemon_reload():
 
 @pytest.fixture
 def host(tmp_path, monkeypatch):
-    """A scratch host root, a systemctl stand-in (logs its arguments, exits $STANDIN_RC) first on PATH."""
-    folder = tmp_path / "bin"
-    folder.mkdir()
+    """A scratch host root, the systemctl stand-in (tests/fakes/systemctl: logs its arguments, exits
+    $STANDIN_RC, says $STANDIN_ERR) first on PATH."""
     log = tmp_path / "systemctl.log"
-    script = folder / "systemctl"
-    script.write_text(
-        f'#!/bin/sh\necho "$*" >> "{log}"\necho "reload refused" >&2\nexit "${{STANDIN_RC:-0}}"\n'
-    )
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ.get('PATH', '')}")
+    script = SYSTEMCTL_STANDIN
+    monkeypatch.setenv("PATH", f"{script.parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    monkeypatch.setenv("STANDIN_LOG", str(log))
+    monkeypatch.setenv("STANDIN_ERR", "reload refused")
     monkeypatch.delenv("STANDIN_RC", raising=False)
     root = tmp_path / "host"
     systemd = root / "etc" / "systemd" / "system"

@@ -27,6 +27,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host.systemd_reload 
 
 ROOT = Path(__file__).resolve().parents[5]
 TOOLKIT_FIXTURE = ROOT / "tests" / "fixtures" / "nvidia-container-toolkit" / "config.toml"
+SYSTEMCTL_STANDIN = ROOT / "tests" / "fakes" / "systemctl" / "systemctl"
 MARKER = "# Managed by gpusplit (gpusplit.k8s.gpu_host)."
 HARDENING = {
     "accept-nvidia-visible-devices-envvar-when-unprivileged": False,
@@ -329,17 +330,12 @@ def test_a_folder_where_a_file_belongs_is_refused_naming_it(tmp_path):
 
 @pytest.fixture
 def systemctl(tmp_path, monkeypatch):
-    """A systemctl stand-in alone on PATH: logs its arguments, answers with $STANDIN_RC and $STANDIN_ERR."""
-    folder = tmp_path / "bin"
-    folder.mkdir()
+    """The systemctl stand-in (tests/fakes/systemctl) alone on PATH: logs its arguments, answers with
+    $STANDIN_RC and $STANDIN_ERR."""
     log = tmp_path / "systemctl.log"
-    script = folder / "systemctl"
-    script.write_text(
-        f'#!/bin/sh\necho "$*" >> "{log}"\n'
-        '[ -n "$STANDIN_ERR" ] && echo "$STANDIN_ERR" >&2\nexit "${STANDIN_RC:-0}"\n'
-    )
-    script.chmod(0o755)
-    monkeypatch.setenv("PATH", str(folder))
+    script = SYSTEMCTL_STANDIN
+    monkeypatch.setenv("PATH", str(script.parent))
+    monkeypatch.setenv("STANDIN_LOG", str(log))
     monkeypatch.delenv("STANDIN_RC", raising=False)
     monkeypatch.delenv("STANDIN_ERR", raising=False)
 
