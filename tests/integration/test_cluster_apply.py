@@ -46,6 +46,22 @@ def writes_to(kubectl, resource: str) -> int:
     return total
 
 
+def writes_during(kubectl, resource: str, action, tries: int = 3):
+    """(result of ``action()``, the apiserver's write requests to ``resource`` while it ran).
+
+    The counter is the whole apiserver's, and the other test workers write ConfigMaps too (every new
+    namespace gets its kube-root-ca.crt): where writes were counted, the action is run again, up to
+    ``tries`` times. A run that writes writes every time, so it still shows; others' writes rarely fall
+    into three windows in a row."""
+    for _ in range(tries):
+        before = writes_to(kubectl, resource)
+        result = action()
+        seen = writes_to(kubectl, resource) - before
+        if seen == 0:
+            break
+    return result, seen
+
+
 @pytest.fixture
 def ns(kubectl):
     name = f"apply-{uuid.uuid4().hex[:6]}"
@@ -70,10 +86,11 @@ def test_apply_rerun_update_prune(ns, kubectl):
     assert sorted(first["created"]) == sorted(f"ConfigMap/{ns}/cm-{i} (v1)" for i in range(3))
     assert first["api_writes"] == 3
 
-    before = writes_to(kubectl, "configmaps")
-    again = apply.run(apply.Cluster(str(C.KUBECONFIG)), objs, prune=prune)
+    again, seen = writes_during(
+        kubectl, "configmaps", lambda: apply.run(apply.Cluster(str(C.KUBECONFIG)), objs, prune=prune)
+    )
     assert again["changed"] is False and again["unchanged"] == 3 and again["api_writes"] == 0
-    assert writes_to(kubectl, "configmaps") == before  # the apiserver saw no write at all
+    assert seen == 0  # the apiserver saw no write at all
 
     objs[1] = configmap(ns, "cm-1", {"gpus": "7"})
     changed = apply.run(apply.Cluster(str(C.KUBECONFIG)), objs[:2], prune=prune)
@@ -126,10 +143,11 @@ def test_a_label_no_longer_sent_is_removed_and_a_label_of_others_stays(ns, kubec
     assert "gpusplit.io/mode" not in labels
     assert labels["someone-else"] == "keep"
 
-    before = writes_to(kubectl, "configmaps")
-    again = apply.run(apply.Cluster(str(C.KUBECONFIG)), [second])
-    assert again["changed"] is False and again["unchanged"] == 1
-    assert writes_to(kubectl, "configmaps") == before
+    again, seen = writes_during(
+        kubectl, "configmaps", lambda: apply.run(apply.Cluster(str(C.KUBECONFIG)), [second])
+    )
+    assert again["changed"] is False and again["unchanged"] == 1 and again["api_writes"] == 0
+    assert seen == 0
 
 
 # --------------------------------------------------------------------------------------------
