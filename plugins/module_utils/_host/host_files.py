@@ -314,9 +314,7 @@ def result_of(plan, with_diff):
                 item["diff"] = diff
                 diffs.append(diff)
         files.append(item)
-    changed = [f for f in files if f["changed"]]
-    pinned = [f["unit"] for f in changed if f["kind"] == "dropin" and f["action"] in ("create", "write")]
-    released = [f["unit"] for f in changed if f["kind"] == "stale_dropin"]
+    pinned, released = changed_units(plan["entries"])
     toolkit = plan["toolkit"]
     if toolkit is not None and not toolkit["missing"]:
         entry = next(e for e in plan["entries"] if e["kind"] == "toolkit")
@@ -330,7 +328,7 @@ def result_of(plan, with_diff):
         if "backup_file" in entry:
             toolkit["backup_file"] = entry["backup_file"]
     result = {
-        "changed": bool(changed),
+        "changed": any(f["changed"] for f in files),
         "files": files,
         "toolkit": toolkit,
         "restart_units": pinned,
@@ -342,13 +340,13 @@ def result_of(plan, with_diff):
     return result
 
 
-def reload_units(entries):
-    """The units whose drop-in text changes (written or removed): what a systemd daemon-reload is for."""
-    return [
-        e["unit"]
-        for e in entries
-        if e["changed"] and (e["kind"] == "stale_dropin" or (e["kind"] == "dropin" and e["action"] != "mode"))
-    ]
+def changed_units(entries):
+    """``(pinned, released)``: the units whose drop-in this plan writes (created or rewritten) and those whose
+    stale drop-in it removes; what a restart and a systemd daemon-reload are for."""
+    changed = [e for e in entries if e["changed"]]
+    pinned = [e["unit"] for e in changed if e["kind"] == "dropin" and e["action"] in ("create", "write")]
+    released = [e["unit"] for e in changed if e["kind"] == "stale_dropin"]
+    return pinned, released
 
 
 def host_files(module, params, check_mode=False, with_diff=False):
@@ -360,7 +358,8 @@ def host_files(module, params, check_mode=False, with_diff=False):
     """
     plan = plan_host_files(params)
     if params.get("daemon_reload"):
-        units = reload_units(plan["entries"])
+        pinned, released = changed_units(plan["entries"])
+        units = pinned + released
         if units:
             find_systemctl(module, units, check_mode)
     if not check_mode:
