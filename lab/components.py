@@ -18,19 +18,35 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-LAB = ROOT / ".lab"
-BIN = LAB / "bin"
+# The lab's state (PKI, etcd data, manifests, logs, kubeconfig, the hosts' scratch roots, the SSH
+# host's keys). GPUSPLIT_LAB_DIR (with its own GPUSPLIT_LAB_HOST) runs a second lab from the same
+# checkout: the tests give each pytest-xdist worker past the first its own (tests/conftest.py).
+LAB = Path(os.environ.get("GPUSPLIT_LAB_DIR") or ROOT / ".lab").resolve()
+# the binaries lab/build.sh builds: one copy for every lab of the checkout
+BIN = ROOT / ".lab" / "bin"
 PKI = LAB / "pki"
 DATA = LAB / "data"
 LOGS = LAB / "logs"
 MANIFESTS = LAB / "manifests"
 KUBECONFIG = LAB / "kubeconfig"
+HOSTS_ROOT = LAB / "hosts"
+# where the playbooks run against inventory/lab write (its gpusplit_out_dir)
+OUT = Path(os.environ.get("GPUSPLIT_OUT_DIR") or ROOT / "out").resolve()
 KWOK_STAGES_TEMPLATE = ROOT / "lab" / "kwok-stages.yaml.tmpl"
 KWOK_STAGES = LAB / "kwok-stages.yaml"
 
+
+def shown(path: Path) -> str:
+    """A lab path as messages show it: relative to the checkout where it is inside it."""
+    try:
+        return str(path.relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 # The loopback address the lab binds to. GPUSPLIT_LAB_HOST (another 127.x address) lets a second
 # checkout run its own lab beside this one on the same ports; the default is what docs and tests use.
-HOST = os.environ.get("GPUSPLIT_LAB_HOST", "127.0.0.1")
+HOST = os.environ.get("GPUSPLIT_LAB_HOST") or "127.0.0.1"
 PORTS = {
     "etcd": 2379,
     "etcd-peer": 2380,

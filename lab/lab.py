@@ -358,7 +358,7 @@ def up(timeout: float = 180.0) -> int:
     if pki.ensure():
         print("lab: generated certificates, service-account keys and kubeconfigs")
     for path in C.write_manifests():
-        print(f"lab: wrote static-pod manifest {path.relative_to(C.ROOT)}")
+        print(f"lab: wrote static-pod manifest {C.shown(path)}")
     if supervisor_pid():
         print("lab: already running")
     else:
@@ -385,7 +385,7 @@ def up(timeout: float = 180.0) -> int:
     from lab import nodes
 
     created = nodes.ensure_nodes()
-    print(f"lab: healthy; kubeconfig {C.KUBECONFIG.relative_to(C.ROOT)}; nodes: {', '.join(created)}")
+    print(f"lab: healthy; kubeconfig {C.shown(C.KUBECONFIG)}; nodes: {', '.join(created)}")
     return 0
 
 
@@ -413,7 +413,7 @@ def down() -> int:
     from lab.podresources import remove_sockets
 
     for path in remove_sockets():  # what a killed supervisor left
-        print(f"lab: removed {path.relative_to(C.ROOT)}")
+        print(f"lab: removed {C.shown(path)}")
     print("lab: stopped" if pid else "lab: was not running")
     return 0
 

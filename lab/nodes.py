@@ -14,7 +14,7 @@ import yaml
 from kubernetes import client, config
 from kubernetes.client.rest import ApiException
 
-from lab.components import KUBECONFIG, LOGS, ROOT
+from lab.components import HOSTS_ROOT, KUBECONFIG, LOGS, ROOT
 
 INVENTORY = ROOT / "inventory" / "lab" / "hosts.yml"
 FIXTURES = ROOT / "tests" / "fixtures" / "gpus"
@@ -114,7 +114,6 @@ def release_stale_leases(core: client.CoreV1Api, kwok_id: str | None) -> list[st
 
 
 TOOLKIT_CONFIG = ROOT / "tests" / "fixtures" / "nvidia-container-toolkit" / "config.toml"
-HOSTS_ROOT = ROOT / ".lab" / "hosts"
 
 
 def seed_host_root(host: str) -> Path:

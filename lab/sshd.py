@@ -231,7 +231,7 @@ def start(timeout: float = 20.0) -> str:
     C.LOGS.mkdir(parents=True, exist_ok=True)
     test = subprocess.run([str(SSHD), "-t", "-f", str(CONFIG)], capture_output=True, text=True)
     if test.returncode != 0:
-        raise SshdError(f"sshd refuses {CONFIG.relative_to(C.ROOT)}: {test.stderr.strip()}")
+        raise SshdError(f"sshd refuses {C.shown(CONFIG)}: {test.stderr.strip()}")
     # sshd forks into the background once it listens; a failure to bind is its exit status
     proc = subprocess.run(
         [str(SSHD), "-f", str(CONFIG), "-E", str(LOG)],

@@ -45,6 +45,11 @@ for path in (COLLECTIONS, ROOT):
     if str(path) not in sys.path:
         sys.path.insert(0, str(path))
 
+from lab.workers import worker_lab  # noqa: E402
+
+# this pytest-xdist worker's own lab, before lab.components is imported below (it reads them once)
+os.environ.update(worker_lab(os.environ, ROOT))
+
 from lab import components as C  # noqa: E402
 from lab import lab as labctl  # noqa: E402
 from lab.gates import enable_generic_workload  # noqa: E402
@@ -107,9 +112,42 @@ def _fail_skip_in_ci(report, path: Path) -> None:
     )
 
 
-# the fixtures that reach the lab: every test that uses one runs in one pytest-xdist worker, one after
-# the other in the order collected (the lab is one cluster), while the other workers take the rest
+# the fixtures that reach the lab: every test that uses one runs in the pytest-xdist worker of its lab
+# group, one after the other in the order collected, while the other workers take the rest
 LAB_FIXTURES = {"lab", "kubectl", "core_api", "generic_workload"}
+# The lab tests in two groups, one per worker: each worker has a lab of its own (worker_lab), so the two
+# groups run at the same time. A file listed here is in "lab-b"; every other lab test is in "lab-a". A
+# test file stays whole in one group (its module fixtures set its lab up once). Chosen from a serial run's
+# --durations=0 (2026-12-02): lab-a about 1,950 s, lab-b about 1,690 s; the tests outside the lab
+# (about 500 s) go to the worker that finishes its group first, lab-b's.
+LAB_GROUP_B = frozenset(
+    {
+        "integration/test_feature_gates_rollout.py",
+        "integration/test_resplit_lab.py",
+        "integration/test_gpu_operator_lab.py",
+        "integration/test_ssh_host.py",
+        "integration/test_dist.py",
+        "integration/test_stock_plugin_chart.py",
+        "integration/test_diagnose_lab.py",
+    }
+)
+
+
+def lab_group(path: Path) -> str:
+    """The xdist group of a lab test file: lab-b where LAB_GROUP_B lists it, else lab-a."""
+    try:
+        rel = path.resolve().relative_to(TESTS).as_posix()
+    except ValueError:
+        return "lab-a"
+    return "lab-b" if rel in LAB_GROUP_B else "lab-a"
+
+
+def pytest_configure(config):
+    stale = sorted(name for name in LAB_GROUP_B if not (TESTS / name).is_file())
+    if stale:
+        raise pytest.UsageError(
+            f"LAB_GROUP_B in tests/conftest.py names test files that do not exist: {stale}"
+        )
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups off the items
@@ -117,7 +155,7 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         in_lab = "integration" in Path(str(item.path)).parts or item.get_closest_marker("integration")
         if in_lab or LAB_FIXTURES & set(getattr(item, "fixturenames", ())):
-            item.add_marker(pytest.mark.xdist_group("lab"))
+            item.add_marker(pytest.mark.xdist_group(lab_group(Path(str(item.path)))))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -32,13 +32,14 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import (  
     DEVICE_CLASS,
     DRIVER,
 )
+from lab import components as C
 from lab.components import KUBECONFIG  # noqa: E402
 from lab.dra_driver import render_device_class, render_resource_slice  # noqa: E402
 from lab.nodes import FIXTURES, ensure_node  # noqa: E402
 
 FIELD_MANAGER = "gpusplit-lab-dra-harness"
 HARNESS_LABEL = {"gpusplit.io/lab-dra-harness": "true"}
-HOST_ROOTS = ROOT / ".lab" / "hosts"
+HOST_ROOTS = C.HOSTS_ROOT
 
 
 def retry(func, timeout: float = 180, interval: float = 2.0, what: str = "the lab API server"):

@@ -17,9 +17,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lab import components as C
+
 ROOT = Path(__file__).resolve().parents[2]
 CHARTS = Path(os.environ.get("GPUSPLIT_REFERENCE_DIR") or ROOT.parent / "shared" / "reference") / "charts"
-KUBECONFIG = str(ROOT / ".lab" / "kubeconfig")
+KUBECONFIG = str(C.KUBECONFIG)
 
 
 def chart(name: str) -> Path:

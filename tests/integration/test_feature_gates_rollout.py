@@ -54,7 +54,7 @@ GATE = "GenericWorkload"
 API = "scheduling.k8s.io/v1beta1"
 COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 KUBEADM_CM = ROOT / "tests" / "fixtures" / "kubeadm" / "v1beta4" / "kubeadm-config.configmap.yaml"
-TIMINGS = ROOT / "out" / "feature-gates-rollout-timings.json"
+TIMINGS = C.OUT / "feature-gates-rollout-timings.json"
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,20 +235,20 @@ def test_unhealthy_control_plane_stops_before_any_change(control_plane):
     before, gens = manifest_bytes(), generations()
     endpoints = {
         "kube-apiserver": {
-            "health_url": "https://127.0.0.1:6443/readyz",
-            "metrics_url": "https://127.0.0.1:6443/metrics",
+            "health_url": f"https://{C.HOST}:6443/readyz",
+            "metrics_url": f"https://{C.HOST}:6443/metrics",
             "validate_certs": True,
             "tls_server_name": "kubernetes",
         },
         "kube-controller-manager": {
-            "health_url": "https://127.0.0.1:10257/healthz",
-            "metrics_url": "https://127.0.0.1:10257/metrics",
+            "health_url": f"https://{C.HOST}:10257/healthz",
+            "metrics_url": f"https://{C.HOST}:10257/metrics",
             "validate_certs": False,
         },
         # a scheduler that does not answer
         "kube-scheduler": {
-            "health_url": "https://127.0.0.1:1/healthz",
-            "metrics_url": "https://127.0.0.1:1/metrics",
+            "health_url": f"https://{C.HOST}:1/healthz",
+            "metrics_url": f"https://{C.HOST}:1/metrics",
             "validate_certs": False,
         },
     }
@@ -476,7 +476,7 @@ def k3s(control_plane, tmp_path):
 
 def test_k3s_rollout_merges_the_drop_in_and_restarts_the_service(k3s, kubectl):
     commands = running_commands()
-    assert commands["kube-apiserver"][:1] == ["--advertise-address=127.0.0.1"]  # k3s-sorted flags
+    assert commands["kube-apiserver"][:1] == [f"--advertise-address={C.HOST}"]  # k3s-sorted flags
     assert "--audit-log-maxage=7" in commands["kube-apiserver"]
     assert f"--feature-gates={EARLIER_GATE}=true" in commands["kube-scheduler"]
     assert API not in served(kubectl)

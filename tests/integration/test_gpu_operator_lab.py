@@ -32,6 +32,8 @@ import pytest
 import yaml
 from ansible_output import ansible_playbook, changed_tasks, recap
 
+from lab import components as C
+
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
 REFERENCE_DIR = Path(
@@ -395,7 +397,7 @@ def operator(lab, kubectl, core_api, tmp_path_factory):
             kubectl("delete", "crd", CRD_NAME, "--ignore-not-found")
         restore = run_playbook(kubectl, "site.yml", INVENTORY, check=False)
         assert restore.returncode == 0, restore.stdout[-6000:]
-        counts = json.loads((ROOT / "out" / "fleet-report.json").read_text())["counts"]
+        counts = json.loads((C.OUT / "fleet-report.json").read_text())["counts"]
         assert counts["FAIL"] == 0 and counts["DRIFT"] == 0, counts
         assert not split_daemonsets(kubectl).keys() & {f"gpusplit-dp-{n}" for n in FIXTURE_OF}
 

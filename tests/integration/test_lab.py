@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import re
 import subprocess
 import time
@@ -40,7 +41,9 @@ def test_all_components_healthy_and_loopback_only(lab):
     health = labctl.health()
     assert all(v["healthy"] for v in health.values()), health
     state = labctl.read_state()
-    loopback_v4 = "0100007F"  # 127.0.0.1 as /proc/net/tcp writes it
+    # the lab's own loopback address as /proc/net/tcp writes it (127.0.0.1 is 0100007F)
+    loopback_v4 = ipaddress.ip_address(C.HOST).packed[::-1].hex().upper()
+    assert ipaddress.ip_address(C.HOST).is_loopback, C.HOST
     for name in ("etcd", "kube-apiserver", "kube-scheduler", "kube-controller-manager"):
         addrs = _listening_addresses(state[name]["pid"])
         assert addrs, name

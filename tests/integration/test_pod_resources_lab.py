@@ -14,6 +14,7 @@ import pytest
 from ansible_output import ansible_module
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import pod_resources as pr
+from lab import components as C
 from lab import deviceplugin as dp
 from lab import podresources as ps
 
@@ -142,7 +143,7 @@ def test_two_gpu_pods_hold_distinct_gpus_of_the_share_until_deleted(scene, kubec
 
     result = module_on_node()
     assert result["changed"] is False and result["available"] is True
-    assert result["socket"].endswith(f".lab/hosts/{NODE}/var/lib/kubelet/pod-resources/kubelet.sock")
+    assert result["socket"] == str(C.HOSTS_ROOT / NODE / "var/lib/kubelet/pod-resources/kubelet.sock")
     held = ours(result, ns)
     assert len(held["trainer"]) == 2 and len(held["infer"]) == 1
     every = held["trainer"] + held["infer"]

@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from ansible_output import ansible_module, ansible_playbook, inventory_copy
 
+from lab import components as C
+
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
 NODE = "lab-dgx-01"
@@ -142,7 +144,7 @@ def test_refuse_stops_with_the_pod_and_changes_nothing(busy_node, kubectl, tmp_p
     assert "infer-0" not in proc.stdout.split("holds GPU", 1)[1].split("\n", 1)[0]
     assert "Nothing was changed" in proc.stdout
     assert state(kubectl) == before
-    diff = json.loads((ROOT / "out" / "resplit-diff.json").read_text())
+    diff = json.loads((C.OUT / "resplit-diff.json").read_text())
     [node] = diff["nodes"]
     assert [m["index"] for m in node["to_host"]] == [moving]
     assert [h["pod"] for h in node["holders"]] == ["train-0"]
@@ -195,7 +197,7 @@ def test_evict_takes_exactly_that_pod_then_the_node_verifies(busy_node, kubectl,
     pods = {p["metadata"]["name"] for p in kubectl.json("-n", ns, "get", "pods")["items"]}
     assert pods == {"infer-0"}
     assert held_by(NODE, ns) == {"infer-0": held["infer-0"]}
-    report = json.loads((ROOT / "out" / "fleet-report.json").read_text())
+    report = json.loads((C.OUT / "fleet-report.json").read_text())
     [node] = [n for n in report["nodes"] if n["name"] == NODE]
     assert node["verdict"] == "OK", proc.stdout[-3000:]
     assert kubectl.json("get", "node", NODE)["status"]["allocatable"]["nvidia.com/gpu"] == "5"
@@ -266,5 +268,5 @@ def test_unread_pod_resources_stop_a_gpu_leaving_kubernetes_whatever_the_policy(
         assert "gpusplit_discovery_pod_resources is false" in proc.stdout
     assert state(kubectl) == before
     assert running() == pods_before
-    diff = json.loads((ROOT / "out" / "resplit-diff.json").read_text())
+    diff = json.loads((C.OUT / "resplit-diff.json").read_text())
     assert [u["host"] for u in diff["unread"]] == [NODE]

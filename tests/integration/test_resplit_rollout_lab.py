@@ -15,6 +15,8 @@ from pathlib import Path
 import pytest
 from ansible_output import ansible_playbook, inventory_copy, recap
 
+from lab import components as C
+
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
 PLUGIN_SELECTOR = "app.kubernetes.io/managed-by=gpusplit,app.kubernetes.io/name=gpusplit-device-plugin"
@@ -105,6 +107,6 @@ def test_the_rollout_stops_after_the_batch_that_does_not_verify(lab_as_inventory
     # batch 3 untouched: lab-ssh-01 keeps its old split plugin
     assert after["lab-ssh-01"]["metadata"]["generation"] == before["lab-ssh-01"]["metadata"]["generation"]
     assert visible(after["lab-ssh-01"]) == visible(before["lab-ssh-01"])
-    report = json.loads((ROOT / "out" / "fleet-report.json").read_text())
+    report = json.loads((C.OUT / "fleet-report.json").read_text())
     verdicts = {n["name"]: n["verdict"] for n in report["nodes"]}
     assert verdicts["lab-h200-01"] == "FAIL" and verdicts["lab-dgx-01"] == "OK"

@@ -16,6 +16,8 @@ from xml.etree import ElementTree
 import pytest
 from ansible_output import ansible_playbook, inventory_copy, recap
 
+from lab import components as C
+
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
 PLUGIN_SELECTOR = "app.kubernetes.io/managed-by=gpusplit,app.kubernetes.io/name=gpusplit-device-plugin"
@@ -60,9 +62,9 @@ def split(lab, kubectl):
 
 
 def test_site_applies_and_verifies_every_node(split, kubectl):
-    report = json.loads((ROOT / "out" / "fleet-report.json").read_text())
+    report = json.loads((C.OUT / "fleet-report.json").read_text())
     assert report["counts"] == {"OK": 6, "DRIFT": 0, "FAIL": 0}, report
-    plan = json.loads((ROOT / "out" / "fleet-plan.json").read_text())
+    plan = json.loads((C.OUT / "fleet-plan.json").read_text())
     for node in report["nodes"]:
         planned = plan["nodes"][node["host"]]
         assert node["kubernetes_gpus"] == planned["kubernetes_uuids"]
@@ -92,7 +94,7 @@ def test_site_applies_and_verifies_every_node(split, kubectl):
 
 def assert_fleet_picture(stdout: str, report: dict) -> None:
     """out/fleet.svg is an SVG of the reported nodes and the console names it (roles/gpu_verify)."""
-    picture = ROOT / "out" / "fleet.svg"
+    picture = C.OUT / "fleet.svg"
     assert f"picture: {picture}" in stdout, stdout[-3000:]
     root = ElementTree.fromstring(picture.read_bytes())
     assert root.tag == "{http://www.w3.org/2000/svg}svg"
@@ -262,10 +264,10 @@ def test_verify_catches_a_privileged_plugin_and_apply_refuses_it(split, kubectl)
             ),
             what="the privileged plugin to advertise all 8",
         )
-        (ROOT / "out" / "fleet.svg").unlink(missing_ok=True)  # verify.yml must draw it again
+        (C.OUT / "fleet.svg").unlink(missing_ok=True)  # verify.yml must draw it again
         proc = run_playbook("verify.yml", check=False)
         assert proc.returncode != 0
-        report = json.loads((ROOT / "out" / "fleet-report.json").read_text())
+        report = json.loads((C.OUT / "fleet-report.json").read_text())
         assert_fleet_picture(proc.stdout, report)  # drawn before the play fails on the verdict
         dgx = next(n for n in report["nodes"] if n["name"] == "lab-dgx-01")
         assert dgx["verdict"] == "FAIL"
@@ -288,7 +290,7 @@ def test_verify_catches_a_privileged_plugin_and_apply_refuses_it(split, kubectl)
         assert {"key": "gpusplit.io/split", "operator": "NotIn", "values": ["true"]} in terms[0][
             "matchExpressions"
         ]
-        report = json.loads((ROOT / "out" / "fleet-report.json").read_text())
+        report = json.loads((C.OUT / "fleet-report.json").read_text())
         assert report["counts"]["FAIL"] == 0, report
     finally:
         kubectl(

@@ -32,6 +32,8 @@ import real_charts
 import yaml
 from test_gpu_operator_lab import Patient, api_ready, run_playbook
 
+from lab import components as C
+
 ROOT = Path(__file__).resolve().parents[2]
 RUN = uuid.uuid4().hex[:5]
 NS = f"gsstock-{RUN}"
@@ -228,7 +230,7 @@ def test_with_the_values_the_take_over_is_ordered_and_survives_the_sites_helm_up
     # the node is not labelled split yet: the stock plugin still runs there
     [pod] = stock_pods_on_node(kubectl)
 
-    apps_api = client.AppsV1Api(config.new_client_from_config(str(ROOT / ".lab" / "kubeconfig")))
+    apps_api = client.AppsV1Api(config.new_client_from_config(str(C.KUBECONFIG)))
     since = core_api.list_node(field_selector=f"metadata.name={NODE}").metadata.resource_version
     writes = Writes(core_api, apps_api, since)
     try:

@@ -641,10 +641,9 @@ def test_role_never_backs_up_into_the_manifest_dir():
     defaults = role_yaml("defaults", "main.yml")
     assert not defaults["gpusplit_cp_backup_dir"].startswith(defaults["gpusplit_cp_manifest_dir"])
     lab = yaml.safe_load((ROOT / "inventory" / "lab" / "group_vars" / "control_plane.yml").read_text())
-    assert (
-        "/.lab/backups" in lab["gpusplit_cp_backup_dir"]
-        and "/.lab/manifests" in lab["gpusplit_cp_manifest_dir"]
-    )
+    assert lab["gpusplit_cp_backup_dir"].endswith("gpusplit_lab_dir }}/backups") and lab[
+        "gpusplit_cp_manifest_dir"
+    ].endswith("gpusplit_lab_dir }}/manifests")
 
 
 def test_playbook_rolls_one_node_at_a_time_and_stops_on_the_first_failure():

@@ -1,0 +1,126 @@
+"""lab/workers.py: each pytest-xdist worker past the first gets a lab of its own (state folder, loopback
+address, output folder), and lab/components.py and inventory/lab follow those variables."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.workers import worker_lab
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.mark.parametrize("environ", [{}, {"PYTEST_XDIST_WORKER": "gw0"}, {"PYTEST_XDIST_WORKER": "master"}])
+def test_the_first_worker_and_a_plain_run_use_the_checkouts_lab(environ):
+    assert worker_lab(environ, ROOT) == {}
+
+
+def test_a_later_worker_gets_its_own_folder_address_and_outputs():
+    assert worker_lab({"PYTEST_XDIST_WORKER": "gw1"}, ROOT) == {
+        "GPUSPLIT_LAB_HOST": "127.1.0.1",
+        "GPUSPLIT_LAB_DIR": str(ROOT / ".lab" / "workers" / "gw1"),
+        "GPUSPLIT_OUT_DIR": str(ROOT / "out" / "workers" / "gw1"),
+    }
+    assert worker_lab({"PYTEST_XDIST_WORKER": "gw3"}, ROOT)["GPUSPLIT_LAB_HOST"] == "127.3.0.1"
+
+
+def test_a_second_checkouts_lab_moves_with_it(tmp_path):
+    environ = {
+        "PYTEST_XDIST_WORKER": "gw1",
+        "GPUSPLIT_LAB_HOST": "127.0.0.2",
+        "GPUSPLIT_LAB_DIR": str(tmp_path / "lab"),
+        "GPUSPLIT_OUT_DIR": str(tmp_path / "out"),
+    }
+    assert worker_lab(environ, ROOT) == {
+        "GPUSPLIT_LAB_HOST": "127.1.0.2",
+        "GPUSPLIT_LAB_DIR": str(tmp_path / "lab" / "workers" / "gw1"),
+        "GPUSPLIT_OUT_DIR": str(tmp_path / "out" / "workers" / "gw1"),
+    }
+
+
+def test_no_address_outside_the_loopback_range():
+    with pytest.raises(ValueError, match="no loopback address for the lab of pytest-xdist worker gw1"):
+        worker_lab({"PYTEST_XDIST_WORKER": "gw1", "GPUSPLIT_LAB_HOST": "127.255.0.1"}, ROOT)
+
+
+def test_the_lab_and_its_inventory_follow_the_variables(tmp_path):
+    env = {
+        **os.environ,
+        "GPUSPLIT_LAB_HOST": "127.4.0.1",
+        "GPUSPLIT_LAB_DIR": str(tmp_path / "lab"),
+        "GPUSPLIT_OUT_DIR": str(tmp_path / "out"),
+    }
+    code = (
+        "import json; from lab import components as C, nodes; "
+        "print(json.dumps([C.HOST, str(C.LAB), str(C.KUBECONFIG), str(C.HOSTS_ROOT), str(C.OUT), str(C.BIN),"
+        " C.etcd_command()[3]]))"
+    )
+    shown = json.loads(
+        subprocess.run(
+            [sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+        ).stdout
+    )
+    assert shown == [
+        "127.4.0.1",
+        str(tmp_path / "lab"),
+        str(tmp_path / "lab" / "kubeconfig"),
+        str(tmp_path / "lab" / "hosts"),
+        str(tmp_path / "out"),
+        str(ROOT / ".lab" / "bin"),  # the binaries are the checkout's, whichever lab
+        "--listen-client-urls=http://127.4.0.1:2379",
+    ]
+    inventory = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-inventory"),
+            "-i",
+            str(ROOT / "inventory" / "lab"),
+            "--host",
+            "lab-ssh-01",
+        ],
+        cwd=ROOT,
+        env={**env, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert '"ansible_host": "{{ gpusplit_lab_address }}"' in inventory.stdout  # resolved in a play, below
+    play = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible"),
+            "-i",
+            str(ROOT / "inventory" / "lab"),
+            "lab-cp-01",
+            "-m",
+            "ansible.builtin.debug",
+            "-a",
+            "msg={{ [ansible_host | default(''), gpusplit_lab_dir, gpusplit_kubeconfig, gpusplit_out_dir,"
+            " gpusplit_host_root, gpusplit_cp_manifest_dir, gpusplit_cp_endpoints['kube-apiserver'].health_url,"
+            " hostvars['lab-ssh-01'].ansible_host] | to_json }}",
+        ],
+        cwd=ROOT,
+        env={
+            **env,
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_STDOUT_CALLBACK": "json",
+            "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        },
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    msg = json.loads(json.loads(play.stdout)["plays"][0]["tasks"][0]["hosts"]["lab-cp-01"]["msg"])
+    assert msg[1:] == [
+        str(tmp_path / "lab"),
+        str(tmp_path / "lab" / "kubeconfig"),
+        str(tmp_path / "out"),
+        str(tmp_path / "lab" / "hosts" / "lab-cp-01"),
+        str(tmp_path / "lab" / "manifests"),
+        "https://127.4.0.1:6443/readyz",
+        "127.4.0.1",
+    ]
