@@ -48,7 +48,7 @@ CAPABILITIES = (
     (
         "Planning the split",
         "The planner (`gpu_plan` role, `playbooks/plan.yml`): the inventory's split variables, node "
-        "names, the GPU facts it reads, the mode table, and the outputs in out/.",
+        "names, the GPU facts it reads, the mode table, and the outputs in out/ (`out_files`).",
         (
             "module_utils/_split/inputs.py",
             "module_utils/_split/selectors.py",
@@ -56,6 +56,8 @@ CAPABILITIES = (
             "module_utils/_split/modes.py",
             "plugin_utils/split_table.py",
             "plugin_utils/fleet_outputs.py",
+            "module_utils/_out/",
+            "modules/out_files.py",
             "filter/split.py",
             "filter/split_modes.py",
             "filter/fleet.py",

@@ -45,6 +45,7 @@ TEST_PATHS = (
     "tests/unit/plugins/module_utils/_gpu",
     "tests/unit/plugins/module_utils/_host",
     "tests/unit/plugins/module_utils/_control_plane",
+    "tests/unit/plugins/module_utils/_out",
     "tests/unit/plugins/module_utils/test_errors.py",
     "tests/unit/plugins/modules/test_control_plane_health.py",
     "tests/unit/plugins/modules/test_feature_gate_preflight.py",

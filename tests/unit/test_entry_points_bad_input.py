@@ -128,6 +128,7 @@ def base_args(name, tmp_path):
     """The required arguments of each module, pointing at nothing real (no cluster, no files)."""
     return {
         "cluster_apply": {"objects": []},
+        "cluster_read": {"queries": {"pods": {"api_version": "v1", "kind": "Pod"}}},
         "control_plane_health": {"timeout": 1, "components": [], "apiserver_url": "https://127.0.0.1:9"},
         "feature_gate_preflight": {"version": "1.35.0"},
         "fleet_verify": {"plan": {"nodes": {}}},
@@ -145,6 +146,7 @@ def base_args(name, tmp_path):
             "sysfs_root": str(tmp_path),
         },
         "nvidia_toolkit_config": {"path": str(tmp_path / "config.toml")},
+        "out_files": {"dir": str(tmp_path / "out"), "files": {"a.json": "{}"}},
         "pod_eviction": {"pods": []},
         "rancher_config_dropin": {"config_dir": str(tmp_path / "rancher")},
         "static_pod_flags": {"path": str(tmp_path / "kube-apiserver.yaml")},

@@ -26,10 +26,13 @@ ALLOWED = {
     MU + "_dra": {MU + "_errors", MU + "_k8s", MU + "_split"},
     MU + "_control_plane": {MU + "_errors", MU + "_k8s", MU + "_host/files"},
     MU + "_diagnose": {MU + "_errors", MU + "_k8s"},
+    MU + "_out": {MU + "_errors"},
 }
 MODULE_UTILS_PARTS = set(ALLOWED)
 ALLOWED["plugin_utils"] = MODULE_UTILS_PARTS
 ALLOWED["modules"] = MODULE_UTILS_PARTS
+# an action plugin does a module's work on the controller, with the same module_utils function
+ALLOWED["action"] = MODULE_UTILS_PARTS
 ALLOWED["filter"] = MODULE_UTILS_PARTS | {"plugin_utils"}
 ALLOWED["doc_fragments"] = set()
 # generated data may be longer

@@ -314,7 +314,8 @@ class Cluster:
             self._resources[key] = self.client.resources.get(api_version=api_version, kind=kind)
         return self._resources[key]
 
-    def list_index(self, api_version, kind, label_selector=None, namespace=None):
+    def list_items(self, api_version, kind, label_selector=None, namespace=None):
+        """Every object of a kind (in ``namespace`` where the kind is namespaced), one LIST request."""
         res = self.resource(api_version, kind)
         kwargs = {"label_selector": label_selector} if label_selector else {}
         if namespace and res.namespaced:
@@ -323,7 +324,10 @@ class Cluster:
         for item in items:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)
-        return {object_key(i): i for i in items}
+        return items
+
+    def list_index(self, api_version, kind, label_selector=None, namespace=None):
+        return {object_key(i): i for i in self.list_items(api_version, kind, label_selector, namespace)}
 
     def live_for(self, desired_objects):
         """Index of the live objects for every (apiVersion, kind) in the desired set."""

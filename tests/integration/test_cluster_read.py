@@ -1,0 +1,121 @@
+"""The module cluster_read against the lab's apiserver: several kinds in one module execution, label selectors
+and a namespace as kubernetes.core.k8s_info reads them, a kind the cluster does not serve named by its query,
+and a bad query refused before the cluster is reached."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from lab import components as C
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run(tmp_path, queries: dict, kubeconfig: str = str(C.KUBECONFIG)) -> dict:
+    """cluster_read in one play on localhost, with the kubeconfig through the action group's module_defaults."""
+    play = [
+        {
+            "hosts": "localhost",
+            "gather_facts": False,
+            "module_defaults": {"group/gpusplit.k8s.cluster": {"kubeconfig": kubeconfig}},
+            "tasks": [{"gpusplit.k8s.cluster_read": {"queries": queries}, "ignore_errors": True}],
+        }
+    ]
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
+    env = {
+        **os.environ,
+        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+    }
+    proc = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible-playbook"),
+            *("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"),
+            str(tmp_path / "play.yml"),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=180,
+    )
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+@pytest.fixture
+def ns(kubectl):
+    name = f"read-{uuid.uuid4().hex[:6]}"
+    kubectl.namespace(name)
+    for cm, labels in (("a", "t=read,side=x"), ("b", "t=read,side=y"), ("c", "t=other")):
+        kubectl("-n", name, "create", "configmap", cm)
+        kubectl("-n", name, "label", "configmap", cm, *labels.split(","))
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false")
+
+
+def test_several_kinds_in_one_step_with_selectors_and_a_namespace(ns, kubectl, tmp_path):
+    result = run(
+        tmp_path,
+        {
+            "read": {
+                "api_version": "v1",
+                "kind": "ConfigMap",
+                "namespace": ns,
+                "label_selectors": ["t=read"],
+            },
+            "x_only": {
+                "api_version": "v1",
+                "kind": "ConfigMap",
+                "namespace": ns,
+                "label_selectors": ["t=read", "side=x"],
+            },
+            "nodes": {"api_version": "v1", "kind": "Node"},
+            "namespaces": {
+                "api_version": "v1",
+                "kind": "Namespace",
+                "label_selectors": [f"kubernetes.io/metadata.name={ns}"],
+            },
+        },
+    )
+    assert not result.get("failed"), result
+    assert sorted(o["metadata"]["name"] for o in result["resources"]["read"]) == ["a", "b"]
+    assert [o["metadata"]["name"] for o in result["resources"]["x_only"]] == ["a"]
+    assert {o["apiVersion"] + "/" + o["kind"] for o in result["resources"]["read"]} == {"v1/ConfigMap"}
+    live_nodes = {n["metadata"]["name"] for n in kubectl.json("get", "nodes")["items"]}
+    assert {n["metadata"]["name"] for n in result["resources"]["nodes"]} == live_nodes
+    assert result["counts"] == {"read": 2, "x_only": 1, "nodes": len(live_nodes), "namespaces": 1}
+    assert result["changed"] is False
+
+
+def test_a_kind_the_cluster_does_not_serve_is_named_by_its_query(tmp_path):
+    result = run(
+        tmp_path,
+        {
+            "pods": {"api_version": "v1", "kind": "Pod"},
+            "gangs": {"api_version": "example.com/v9", "kind": "Gang"},
+        },
+    )
+    assert result["failed"] and result["msg"].startswith(
+        "gangs: reading Gang (example.com/v9) from the cluster failed"
+    )
+
+
+def test_a_bad_query_or_kubeconfig_fails_before_any_request(tmp_path):
+    result = run(tmp_path, {"pods": {"api_version": "v1", "kind": "Pod", "namespace": ""}})
+    assert (
+        result["failed"]
+        and result["msg"] == "queries['pods'].namespace: expected a namespace name, got string"
+    )
+    missing = run(
+        tmp_path, {"pods": {"api_version": "v1", "kind": "Pod"}}, kubeconfig=str(tmp_path / "nowhere")
+    )
+    assert missing["failed"] and f"kubeconfig {tmp_path / 'nowhere'} does not exist" in missing["msg"]
