@@ -5,14 +5,11 @@ and a bad query refused before the cluster is reached."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 
 import pytest
-import yaml
+from ansible_output import ansible_module
 
 from lab import components as C
 
@@ -20,35 +17,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(tmp_path, queries: dict, kubeconfig: str = str(C.KUBECONFIG)) -> dict:
-    """cluster_read in one play on localhost, with the kubeconfig through the action group's module_defaults."""
-    play = [
-        {
-            "hosts": "localhost",
-            "gather_facts": False,
-            "module_defaults": {"group/gpusplit.k8s.cluster": {"kubeconfig": kubeconfig}},
-            "tasks": [{"gpusplit.k8s.cluster_read": {"queries": queries}, "ignore_errors": True}],
-        }
-    ]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    env = {
-        **os.environ,
-        "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
-        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
-        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
-    }
-    proc = subprocess.run(
-        [
-            str(Path(sys.executable).parent / "ansible-playbook"),
-            *("-i", "localhost,", "-c", "local", "-e", f"ansible_python_interpreter={sys.executable}"),
-            str(tmp_path / "play.yml"),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=tmp_path,
-        timeout=180,
+    """cluster_read ad hoc on the lab's control-plane host (a local connection), as a user runs it."""
+    args = json.dumps({"queries": queries, "kubeconfig": kubeconfig})
+    return ansible_module(
+        "lab-cp-01", "gpusplit.k8s.cluster_read", args, ROOT / "inventory" / "lab", check=False
     )
-    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
 
 @pytest.fixture
