@@ -150,16 +150,28 @@ def ensure_user(user: str = USER) -> bool:
         known = True
     except KeyError:
         known = False
-    if not known:
+    # Two labs that start at once (the test workers' labs on a new machine) may both find no user: the
+    # second useradd then fails on /etc/passwd's lock or finds the name taken; it tries again a few times.
+    for attempt in range(20):
+        if known:
+            break
         # -p '*': no password to log in with, yet not locked (sshd without PAM refuses locked accounts)
         proc = subprocess.run(
             ["useradd", "--create-home", "--shell", "/bin/sh", "--password", "*", user],
             capture_output=True,
             text=True,
         )
-        if proc.returncode not in (0, 9):  # 9: another checkout's lab created it meanwhile
+        if proc.returncode in (0, 9):  # 9: another lab created it meanwhile
+            created = proc.returncode == 0
+            break
+        try:
+            pwd.getpwnam(user)
+            break  # another lab's useradd held the lock and made it
+        except KeyError:
+            pass
+        if attempt == 19:
             raise SshdError(f"useradd {user} failed (exit {proc.returncode}): {proc.stderr.strip()}")
-        created = proc.returncode == 0
+        time.sleep(0.5)
     rule = f"{user} ALL=(ALL:ALL) NOPASSWD: ALL\n"
     if not SUDOERS.exists() or SUDOERS.read_text() != rule:
         tmp = SUDOERS.with_name(f".{user}.{os.getpid()}")  # sudo ignores names with a dot
