@@ -262,7 +262,7 @@ def test_unhealthy_control_plane_stops_before_any_change(control_plane):
     assert rc != 0
     text = " ".join(out.split())
     assert "the control plane is not healthy before the change, so nothing was changed" in text, out[-3000:]
-    assert "kube-scheduler: https://127.0.0.1:1/healthz: ConnectionRefusedError" in text
+    assert f"kube-scheduler: https://{C.HOST}:1/healthz: ConnectionRefusedError" in text
     assert manifest_bytes() == before and generations() == gens
 
 
