@@ -23,8 +23,8 @@ class ActionModule(ActionBase):
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
-        checked, args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)
-        del checked  # a bad option's type has already failed the task
+        # a missing option or one of the wrong type fails the task here, as the module's own spec would
+        args = self.validate_argument_spec(argument_spec=ARGUMENT_SPEC)[1]
         try:
             result.update(
                 write_files(
