@@ -64,6 +64,32 @@ LAB_RUNTIME_CONFIG: dict[str, str] = {}
 STATIC_COMPONENTS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler")
 
 
+def control_plane_endpoints(host: str | None = None) -> dict[str, dict]:
+    """The health and metrics endpoints of the lab's control plane, on the lab's own address.
+
+    The same as inventory/lab's ``gpusplit_cp_endpoints``; the role's defaults name 127.0.0.1,
+    which is another lab's control plane when GPUSPLIT_LAB_HOST is set.
+    """
+    host = host or HOST
+    out = {}
+    for component in STATIC_COMPONENTS:
+        base = f"https://{host}:{PORTS[component]}"
+        if component == "kube-apiserver":
+            out[component] = {
+                "health_url": f"{base}/readyz",
+                "metrics_url": f"{base}/metrics",
+                "validate_certs": True,
+                "tls_server_name": "kubernetes",
+            }
+        else:
+            out[component] = {
+                "health_url": f"{base}/healthz",
+                "metrics_url": f"{base}/metrics",
+                "validate_certs": False,
+            }
+    return out
+
+
 def versions() -> dict[str, str]:
     out = {}
     for line in (ROOT / "lab" / "versions.env").read_text().splitlines():

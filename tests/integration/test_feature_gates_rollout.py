@@ -120,7 +120,7 @@ def gate_values() -> dict[str, dict]:
     """Per component: GenericWorkload from its own /metrics and its process start time."""
     out = {}
     with Credentials(load_kubeconfig(str(C.KUBECONFIG))) as creds:
-        for component, endpoint in resolve_endpoints(COMPONENTS).items():
+        for component, endpoint in resolve_endpoints(COMPONENTS, C.control_plane_endpoints()).items():
             probe = probe_component(component, endpoint, creds)
             metrics = probe["metrics"]
             assert metrics["ok"], (component, probe)
@@ -233,25 +233,11 @@ def test_refused_before_touching_anything(control_plane, kubectl, gates, said):
 
 def test_unhealthy_control_plane_stops_before_any_change(control_plane):
     before, gens = manifest_bytes(), generations()
-    endpoints = {
-        "kube-apiserver": {
-            "health_url": f"https://{C.HOST}:6443/readyz",
-            "metrics_url": f"https://{C.HOST}:6443/metrics",
-            "validate_certs": True,
-            "tls_server_name": "kubernetes",
-        },
-        "kube-controller-manager": {
-            "health_url": f"https://{C.HOST}:10257/healthz",
-            "metrics_url": f"https://{C.HOST}:10257/metrics",
-            "validate_certs": False,
-        },
-        # a scheduler that does not answer
-        "kube-scheduler": {
-            "health_url": f"https://{C.HOST}:1/healthz",
-            "metrics_url": f"https://{C.HOST}:1/metrics",
-            "validate_certs": False,
-        },
-    }
+    endpoints = C.control_plane_endpoints()
+    # a scheduler that does not answer
+    endpoints["kube-scheduler"].update(
+        health_url=f"https://{C.HOST}:1/healthz", metrics_url=f"https://{C.HOST}:1/metrics"
+    )
     rc, out, _ = run_playbook(
         {
             "gpusplit_feature_gates": {GATE: True},

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from lab import components as C
 from lab.workers import worker_lab
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -100,7 +101,7 @@ def test_the_lab_and_its_inventory_follow_the_variables(tmp_path):
             "ansible.builtin.debug",
             "-a",
             "msg={{ [ansible_host | default(''), gpusplit_lab_dir, gpusplit_kubeconfig, gpusplit_out_dir,"
-            " gpusplit_host_root, gpusplit_cp_manifest_dir, gpusplit_cp_endpoints['kube-apiserver'].health_url,"
+            " gpusplit_host_root, gpusplit_cp_manifest_dir, gpusplit_cp_endpoints,"
             " hostvars['lab-ssh-01'].ansible_host] | to_json }}",
         ],
         cwd=ROOT,
@@ -121,6 +122,7 @@ def test_the_lab_and_its_inventory_follow_the_variables(tmp_path):
         str(tmp_path / "out"),
         str(tmp_path / "lab" / "hosts" / "lab-cp-01"),
         str(tmp_path / "lab" / "manifests"),
-        "https://127.4.0.1:6443/readyz",
+        C.control_plane_endpoints("127.4.0.1"),
         "127.4.0.1",
     ]
+    assert msg[6]["kube-apiserver"]["health_url"] == "https://127.4.0.1:6443/readyz"
