@@ -65,10 +65,11 @@ unit: venv
 integration: lab-build
 	$(BIN)/pytest -m integration tests
 
-# the lab's tests run in one pytest-xdist worker, one after the other, while the other workers take
-# the rest beside them (tests/conftest.py: LAB_FIXTURES). The managed-host modules' tests under the
-# other Pythons run beside pytest too (the lab worker leaves a core idle for most of the run); their
-# output is printed after pytest's, and either failing fails the target.
+# the lab's tests run in two pytest-xdist groups (lab-a, lab-b), each on a worker and a lab of its
+# own, while the other tests fill the gaps (tests/conftest.py, lab/workers.py, docs/lab.md). The
+# managed-host modules' tests under the other Pythons run beside pytest too (the lab tests wait on
+# the lab more than they compute); their output is printed after pytest's, and either failing fails
+# the target.
 test: venv lab-build lint
 	@$(BIN)/python tools/multi_python_tests.py > $(VENV)/multi-python.log 2>&1 & mp=$$!; \
 	trap 'kill $$mp 2>/dev/null' EXIT INT TERM; \
