@@ -126,3 +126,60 @@ def test_the_lab_and_its_inventory_follow_the_variables(tmp_path):
         "127.4.0.1",
     ]
     assert msg[6]["kube-apiserver"]["health_url"] == "https://127.4.0.1:6443/readyz"
+
+
+def _lab_literals(path: Path) -> list[str]:
+    """Where a test names the first worker's lab itself: a string with 127.0.0.1 in it, or
+    ``ROOT / ".lab"`` / ``ROOT / "out"`` (``ROOT / ".lab" / "bin"``, the shared binaries, is fine)."""
+    import ast
+
+    tree = ast.parse(path.read_text(), str(path))
+    shared = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Div)
+            and isinstance(node.right, ast.Constant)
+            and node.right.value == "bin"
+        ):
+            shared.add(id(node.left))
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and "127.0.0.1" in node.value:
+            found.append(f"{path.name}:{node.lineno}: {node.value!r}")
+        elif (
+            isinstance(node, ast.BinOp)
+            and isinstance(node.op, ast.Div)
+            and isinstance(node.left, ast.Name)
+            and node.left.id == "ROOT"
+            and isinstance(node.right, ast.Constant)
+            and node.right.value in (".lab", "out")
+            and id(node) not in shared
+        ):
+            found.append(f"{path.name}:{node.lineno}: ROOT / {node.right.value!r}")
+    return sorted(found, key=lambda hit: int(hit.split(":")[1]))
+
+
+def test_lab_tests_name_their_lab_through_lab_components():
+    # a lab test in the second group runs against the second worker's lab; a literal address or
+    # folder of the first lab would probe or change the other one (docs/lab.md, "Tests")
+    found = [
+        hit for path in sorted((ROOT / "tests" / "integration").glob("*.py")) for hit in _lab_literals(path)
+    ]
+    assert found == []
+
+
+def test_the_lab_literal_check_finds_what_it_looks_for(tmp_path):
+    sample = tmp_path / "test_sample.py"
+    sample.write_text(
+        'URL = "https://127.0.0.1:6443/readyz"\n'
+        'STATE = ROOT / ".lab" / "state.json"\n'
+        'OUT = ROOT / "out"\n'
+        'BIN = ROOT / ".lab" / "bin"\n'
+        'TMP = tmp_path / "out"\n'
+    )
+    assert _lab_literals(sample) == [
+        "test_sample.py:1: 'https://127.0.0.1:6443/readyz'",
+        "test_sample.py:2: ROOT / '.lab'",
+        "test_sample.py:3: ROOT / 'out'",
+    ]
