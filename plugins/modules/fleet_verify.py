@@ -72,6 +72,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     CLUSTER_ARGS,
     api_client,
     error_text,
+    list_json,
     require_kubernetes,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
@@ -83,8 +84,8 @@ def read_cluster(api):
     from kubernetes import client
 
     core = client.CoreV1Api(api)
-    nodes = api.sanitize_for_serialization(core.list_node().items)
-    pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
+    nodes = list_json(core.list_node)
+    pods = list_json(core.list_pod_for_all_namespaces)
     return nodes, pods
 
 

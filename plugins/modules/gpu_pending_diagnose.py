@@ -83,6 +83,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     CLUSTER_ARGS,
     api_client,
     error_text,
+    list_json,
     require_kubernetes,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import (
@@ -116,14 +117,12 @@ def _list_custom(custom, group, version, plural):
 def read_cluster(api, prefixes):
     core = client.CoreV1Api(api)
     custom = client.CustomObjectsApi(api)
-    pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
-    nodes = api.sanitize_for_serialization(core.list_node().items)
+    pods = list_json(core.list_pod_for_all_namespaces)
+    nodes = list_json(core.list_node)
     pending = [p for p in pods if is_unscheduled_pending(p) and wants_gpu(p, prefixes)]
     events = []
     if pending:
-        events = api.sanitize_for_serialization(
-            core.list_event_for_all_namespaces(field_selector="reason=FailedScheduling").items
-        )
+        events = list_json(core.list_event_for_all_namespaces, field_selector="reason=FailedScheduling")
     podgroups = None
     if any((p.get("spec") or {}).get("schedulingGroup") for p in pending):
         podgroups = _list_custom(custom, *PODGROUPS)

@@ -320,7 +320,10 @@ class Cluster:
         kwargs = {"label_selector": label_selector} if label_selector else {}
         if namespace and res.namespaced:
             kwargs["namespace"] = namespace
-        items = self.client.get(res, **kwargs).to_dict().get("items") or []
+        # the answer's JSON as it is: the dynamic client's ResourceInstance wrapping and to_dict()
+        # back would cost most of the read at fleet size (docs/performance.md, seventh round)
+        answer = self.client.get(res, serialize=False, **kwargs)
+        items = json.loads(answer.data).get("items") or []
         for item in items:
             item.setdefault("apiVersion", api_version)
             item.setdefault("kind", kind)

@@ -32,7 +32,7 @@ import json
 import time
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import api_client
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import api_client, list_json
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import requirement_matches
 
 DEFAULT_WAIT_TIMEOUT = 300
@@ -392,8 +392,7 @@ class PodApi:
 
     def list_pdbs(self, namespace):
         """The PodDisruptionBudgets of a namespace, as dicts."""
-        answer = self.policy.list_namespaced_pod_disruption_budget(namespace, _preload_content=False)
-        return json.loads(answer.data).get("items") or []
+        return list_json(self.policy.list_namespaced_pod_disruption_budget, namespace)
 
 
 def _pdbs_by_namespace(api, namespaces):
