@@ -172,7 +172,7 @@ def control_plane(lab, kubectl):
         time.sleep(2)
     wait_lab_healthy()
     if timings:
-        TIMINGS.parent.mkdir(exist_ok=True)
+        TIMINGS.parent.mkdir(parents=True, exist_ok=True)
         TIMINGS.write_text(json.dumps(timings, indent=1) + "\n")
 
 
