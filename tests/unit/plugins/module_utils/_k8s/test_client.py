@@ -141,3 +141,26 @@ def test_a_cluster_module_fails_with_the_message(env, tmp_path, capsys):
         gpu_pending_diagnose.main()
     out = json.loads(capsys.readouterr().out)
     assert exc.value.code == 1 and str(tmp_path / "absent.conf") in out["msg"], out
+
+
+class _Answer:
+    def __init__(self, body: dict):
+        self.data = json.dumps(body).encode()
+
+
+def test_list_json_reads_the_answer_unparsed_and_returns_its_items():
+    calls = []
+
+    def list_things(*args, **kwargs):
+        calls.append((args, kwargs))
+        return _Answer({"kind": "PodList", "items": [{"metadata": {"name": "a"}, "status": {"x": None}}]})
+
+    items = k8s_client.list_json(list_things, "ns", field_selector="reason=FailedScheduling")
+    # the client is asked not to build its models; the dicts are the server's, nulls included
+    assert calls == [(("ns",), {"_preload_content": False, "field_selector": "reason=FailedScheduling"})]
+    assert items == [{"metadata": {"name": "a"}, "status": {"x": None}}]
+
+
+@pytest.mark.parametrize("body", [{"kind": "NodeList", "items": None}, {"kind": "NodeList"}])
+def test_list_json_gives_an_empty_list_for_an_answer_without_items(body):
+    assert k8s_client.list_json(lambda **_: _Answer(body)) == []
