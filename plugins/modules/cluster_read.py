@@ -24,7 +24,14 @@ options:
     description:
       - Name of the result to its query. A query has C(api_version) and C(kind) (both required),
         C(label_selectors) (a list of selectors, all of which must match, as in C(kubernetes.core.k8s_info)) and
-        C(namespace) (for a namespaced kind; every namespace when left out).
+        C(namespace) (for a namespaced kind; every namespace when left out) and C(fields).
+      - C(fields) is a list of paths such as C(metadata.name) or C(status.phase) (keys separated by dots). Where
+        it is given, each object comes back with only those paths (and its C(apiVersion) and C(kind)); what a
+        path reaches is kept whole, and a path an object does not have is left out of it. A read at fleet size
+        costs the controller mostly in handling the result, in proportion to its size, so a query should keep
+        only what its caller reads.
+      - C(metadata.managedFields) are left out of every object (as C(kubectl get) does) unless C(fields) names
+        C(metadata.managedFields).
     type: dict
     required: true
 extends_documentation_fragment:
@@ -41,9 +48,13 @@ EXAMPLES = r"""
         kind: DaemonSet
         label_selectors:
           - app.kubernetes.io/managed-by=gpusplit
-      pods:
+      pods:  # only what the next task reads of each pod
         api_version: v1
         kind: Pod
+        fields:
+          - metadata.namespace
+          - metadata.name
+          - status.phase
   register: live
   delegate_to: localhost
   run_once: true
@@ -55,7 +66,9 @@ EXAMPLES = r"""
 
 RETURN = r"""
 resources:
-  description: Per query name, the objects found (each with its C(apiVersion) and C(kind)), as the API returns them.
+  description:
+    - Per query name, the objects found (each with its C(apiVersion) and C(kind)), as the API returns them without
+      C(metadata.managedFields), or with only the query's C(fields).
   returned: success
   type: dict
   sample: {daemonsets: [], pods: []}

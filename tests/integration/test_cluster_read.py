@@ -69,6 +69,67 @@ def test_several_kinds_in_one_step_with_selectors_and_a_namespace(ns, kubectl, t
     assert result["changed"] is False
 
 
+def test_objects_come_back_without_managed_fields_or_with_only_the_querys_fields(ns, kubectl, tmp_path):
+    """What the apiserver sends of an applied object carries metadata.managedFields (kubectl get hides
+    them; the raw answer has them): cluster_read leaves them out, and a query's fields keep only those
+    paths."""
+    for name, side in (("d", "x"), ("e", "y")):
+        kubectl(
+            "apply",
+            "--server-side",
+            "--field-manager=gpusplit-test",
+            "-f",
+            "-",
+            stdin=json.dumps(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": name, "namespace": ns, "labels": {"t": "applied", "side": side}},
+                    "data": {"k": name},
+                }
+            ),
+        )
+    raw = json.loads(
+        kubectl("get", "--raw", f"/api/v1/namespaces/{ns}/configmaps?labelSelector=t%3Dapplied").stdout
+    )
+    assert len(raw["items"]) == 2 and all(o["metadata"].get("managedFields") for o in raw["items"])
+    query = {"api_version": "v1", "kind": "ConfigMap", "namespace": ns, "label_selectors": ["t=applied"]}
+    result = run(
+        tmp_path,
+        {
+            "whole": query,
+            "names": {**query, "fields": ["metadata.name", "metadata.labels.side", "data", "binaryData"]},
+            "managed": {
+                **query,
+                "label_selectors": ["t=applied", "side=x"],
+                "fields": ["metadata.managedFields"],
+            },
+        },
+    )
+    assert not result.get("failed"), result
+    by_name = {o["metadata"]["name"]: o for o in raw["items"]}
+    for obj in result["resources"]["whole"]:
+        live = by_name[obj["metadata"]["name"]]
+        assert obj["metadata"] == {k: v for k, v in live["metadata"].items() if k != "managedFields"}
+        assert obj["data"] == live["data"]
+    assert sorted(result["resources"]["names"], key=lambda o: o["metadata"]["name"]) == [
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "d", "labels": {"side": "x"}},
+            "data": {"k": "d"},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "e", "labels": {"side": "y"}},
+            "data": {"k": "e"},
+        },
+    ]  # no binaryData: the path is left out
+    [managed] = result["resources"]["managed"]
+    assert managed["metadata"] == {"managedFields": by_name["d"]["metadata"]["managedFields"]}
+
+
 def test_a_kind_the_cluster_does_not_serve_is_named_by_its_query(tmp_path):
     result = run(
         tmp_path,

@@ -11,9 +11,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.read import check_queries, project
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet, plan_node
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import RenderError
+from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import query_fields, recorded, uncovered
 
 K8S = "1.37"
 REFERENCE_DIR = Path(
@@ -667,3 +669,69 @@ def test_gpu_taint_removals():
     assert render.gpu_taint_removals([], plan, False, inventory) == []
     assert render.has_gpu_taint(nodes[0]) and not render.has_gpu_taint(nodes[-1])
     assert render.taint_text({"key": "k", "effect": "NoSchedule"}) == "k:NoSchedule"
+
+
+def full_node(node):
+    """``node`` with what a live Node carries besides: gpu_split_cluster's query keeps only part of it."""
+    meta = node["metadata"]
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            **meta,
+            "uid": f"uid-{meta['name']}",
+            "resourceVersion": "4242",
+            "creationTimestamp": "2026-12-01T10:00:00Z",
+            "labels": {**meta["labels"], "kubernetes.io/hostname": meta["name"]},
+            "annotations": {**meta["annotations"], "node.alpha.kubernetes.io/ttl": "0"},
+            "managedFields": [{"manager": "kubelet", "operation": "Update", "fieldsV1": {"f:status": {}}}],
+        },
+        "spec": {**node["spec"], "podCIDR": "10.0.0.0/24", "providerID": "kwok://x"},
+        "status": {
+            "capacity": {"nvidia.com/gpu": "8", "cpu": "64"},
+            "allocatable": {"nvidia.com/gpu": "6", "cpu": "64"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+            "nodeInfo": {"kubeletVersion": "v1.35.0"},
+        },
+    }
+
+
+LABELLED_FIELDS = query_fields("roles/gpu_split_cluster/tasks/cluster.yml", "labelled")
+
+
+def test_the_labelled_nodes_query_keeps_every_field_its_filters_read():
+    """gpu_split_cluster reads the labelled nodes with only the query's fields (cluster_read ``fields``):
+    the filters given those nodes read nothing else, and decide as they do on whole nodes."""
+    plan = fleet()
+    planned = [p["node"] for p in plan["nodes"].values()]
+    inventory = [*planned, "gpu-outside"]
+    nodes = [
+        full_node(n)
+        for n in (
+            live_node("a-dp", [GPU_TAINT, OTHER_TAINT]),
+            live_node("c-op", [GPU_TAINT], marked=False),
+            live_node("e-zero", [GPU_TAINT]),
+            live_node("gpu-outside", [GPU_TAINT]),
+            live_node("gpu-gone", [GPU_TAINT]),
+            live_node("gpu-gone-2", [], labels={"gpusplit.io/split": "false"}),
+            live_node("cpu-1", [], marked=False, labels={"kubernetes.io/os": "linux"}),
+        )
+    ]
+
+    def decide(live):
+        return (
+            render.gpu_taint_removals(live, plan, True, inventory),
+            render.gpu_taint_removals(live, plan, False, inventory),
+            render.departed_nodes(live, plan, inventory),
+        )
+
+    watched, reads = recorded(nodes)
+    whole = decide(watched)
+    assert whole == (["e-zero", "gpu-gone"], ["a-dp", "e-zero", "gpu-gone"], ["gpu-gone", "gpu-gone-2"])
+    assert uncovered(reads, LABELLED_FIELDS) == []
+    [(*_, paths)] = check_queries(
+        {"labelled": {"api_version": "v1", "kind": "Node", "fields": LABELLED_FIELDS}}
+    )
+    kept = [project(n, paths) for n in nodes]
+    assert not any("status" in n or "managedFields" in n["metadata"] for n in kept)
+    assert decide(kept) == whole

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.read import check_queries, project
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_node
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, resplit, resplit_inventory
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import ResplitError
+from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import query_fields, recorded, uncovered
 from ansible_collections.gpusplit.k8s.tests.unit.gpufacts import h100
 
 
@@ -175,6 +177,82 @@ def test_dra_holders_come_from_allocated_claims():
     assert resplit.dra_fence_devices(diff, new) == [
         {"host": "node-a", "node": "node-a", "index": 4, "uuid": uuid(4), "pci_bus_id": "00000000:58:00.0"}
     ]
+
+
+def full_pod(ns, name, phase="Running", owner=None):
+    """``pod(...)`` with what a live Pod carries besides: gpu_resplit's query keeps only part of it."""
+    base = pod(ns, name, phase, owner)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            **base["metadata"],
+            "labels": {"app": name},
+            "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-12-01T10:00:00Z"},
+            "resourceVersion": "77",
+            "managedFields": [
+                {"manager": "kube-scheduler", "operation": "Update", "fieldsV1": {"f:status": {}}}
+            ],
+        },
+        "spec": {
+            "nodeName": "node-a",
+            "containers": [
+                {"name": "main", "image": "cuda:12", "resources": {"limits": {"nvidia.com/gpu": "1"}}}
+            ],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists"}],
+        },
+        "status": {
+            **base["status"],
+            "hostIP": "10.0.0.1",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+POD_FIELDS = query_fields("roles/gpu_resplit/tasks/resplit.yml", "pods")
+
+
+def test_the_pods_query_keeps_every_field_resplit_diff_reads():
+    """gpu_resplit reads every pod with only the query's fields (cluster_read ``fields``): the diff given
+    those pods reads nothing else of them, and comes out as on whole pods (owners, phases, uids, and the
+    pods a claim is reserved for)."""
+    old, new = plan_of({"host_count": 2}), plan_of({"host_indices": [0, 1, 5]})
+    dra_new = plan_of({"host_indices": [0, 1, 4]}, mode="dra")
+    claim = {
+        "metadata": {"namespace": "ml", "name": "c1"},
+        "status": {
+            "allocation": {
+                "devices": {"results": [{"driver": "gpu.nvidia.com", "pool": "node-a", "device": "gpu-4"}]}
+            },
+            "reservedFor": [{"resource": "pods", "name": "w-0", "uid": "u1"}],
+        },
+    }
+    pods = [
+        full_pod("team", "train-0", owner=("Job", "train")),
+        full_pod("team", "infer-0"),
+        full_pod("team", "done", phase="Succeeded"),
+        full_pod("ml", "w-0", owner=("StatefulSet", "w")),
+    ]
+    held = {
+        "node-a": answer(("team", "train-0", uuid(5)), ("team", "done", uuid(5)), ("team", "infer-0", "3"))
+    }
+
+    def diffs(live):
+        return (
+            resplit.resplit_diff(new, held, live_ds(old), pods=live),
+            resplit.resplit_diff(dra_new, {}, [], [], live, [claim]),
+        )
+
+    watched, reads = recorded(pods)
+    whole = diffs(watched)
+    assert [(h["pod"], h["owner"]) for h in whole[0]["nodes"][0]["holders"]] == [("train-0", "Job/train")]
+    assert whole[0]["holders"] == [{"namespace": "team", "name": "train-0", "uid": "uid-train-0"}]
+    assert [(h["pod"], h["owner"]) for h in whole[1]["nodes"][0]["holders"]] == [("w-0", "StatefulSet/w")]
+    assert uncovered(reads, POD_FIELDS) == []
+    [(*_, paths)] = check_queries({"pods": {"api_version": "v1", "kind": "Pod", "fields": POD_FIELDS}})
+    kept = [project(p, paths) for p in pods]
+    assert not any("spec" in p or "managedFields" in p["metadata"] for p in kept)
+    assert diffs(kept) == whole
 
 
 def test_the_fence_prunes_only_the_fenced_nodes_daemonsets():
