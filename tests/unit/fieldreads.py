@@ -112,15 +112,15 @@ def uncovered(reads, fields):
     return sorted(out)
 
 
-def query_fields(task_file, name):
-    """The ``fields`` of the cluster_read query ``name`` in a role's task file (relative to the checkout)."""
+def query(task_file, name):
+    """The cluster_read query ``name`` (a mapping with ``kind``) in a role's task file (relative to the
+    checkout); exactly one such query must be there."""
     found = []
 
     def walk(node):
         if isinstance(node, dict):
-            query = node.get(name)
-            if isinstance(query, dict) and "kind" in query and "fields" in query:
-                found.append(query["fields"])
+            if isinstance(node.get(name), dict) and "kind" in node[name]:
+                found.append(node[name])
             for value in node.values():
                 walk(value)
         elif isinstance(node, list):
@@ -128,7 +128,12 @@ def query_fields(task_file, name):
                 walk(value)
 
     walk(yaml.safe_load((ROOT / task_file).read_text()))
-    assert len(found) == 1, (
-        f"{task_file}: expected one cluster_read query {name!r} with fields, found {len(found)}"
-    )
+    assert len(found) == 1, f"{task_file}: expected one cluster_read query {name!r}, found {len(found)}"
     return found[0]
+
+
+def query_fields(task_file, name):
+    """The ``fields`` of the cluster_read query ``name`` in a role's task file."""
+    fields = query(task_file, name).get("fields")
+    assert fields, f"{task_file}: the cluster_read query {name!r} has no fields"
+    return fields

@@ -210,12 +210,13 @@ def full_pod(ns, name, phase="Running", owner=None):
 
 
 POD_FIELDS = query_fields("roles/gpu_resplit/tasks/resplit.yml", "pods")
+DS_FIELDS = query_fields("roles/gpu_resplit/tasks/resplit.yml", "daemonsets")
 
 
-def test_the_pods_query_keeps_every_field_resplit_diff_reads():
-    """gpu_resplit reads every pod with only the query's fields (cluster_read ``fields``): the diff given
-    those pods reads nothing else of them, and comes out as on whole pods (owners, phases, uids, and the
-    pods a claim is reserved for)."""
+def test_the_pods_and_daemonsets_queries_keep_every_field_resplit_diff_reads():
+    """gpu_resplit reads every pod and its split DaemonSets with only the queries' fields (cluster_read
+    ``fields``): the diff given those objects reads nothing else of them, and comes out as on whole
+    objects (the live share, owners, phases, uids, and the pods a claim is reserved for)."""
     old, new = plan_of({"host_count": 2}), plan_of({"host_indices": [0, 1, 5]})
     dra_new = plan_of({"host_indices": [0, 1, 4]}, mode="dra")
     claim = {
@@ -237,22 +238,34 @@ def test_the_pods_query_keeps_every_field_resplit_diff_reads():
         "node-a": answer(("team", "train-0", uuid(5)), ("team", "done", uuid(5)), ("team", "infer-0", "3"))
     }
 
-    def diffs(live):
+    daemonsets = [
+        {**ds, "metadata": {**ds["metadata"], "uid": "u", "managedFields": [{}]}} for ds in live_ds(old)
+    ]
+
+    def diffs(live, live_daemonsets):
         return (
-            resplit.resplit_diff(new, held, live_ds(old), pods=live),
+            resplit.resplit_diff(new, held, live_daemonsets, pods=live),
             resplit.resplit_diff(dra_new, {}, [], [], live, [claim]),
         )
 
     watched, reads = recorded(pods)
-    whole = diffs(watched)
+    watched_ds, ds_reads = recorded(daemonsets)
+    whole = diffs(watched, watched_ds)
+    assert whole[0]["nodes"][0]["kubernetes_before"] == [uuid(i) for i in range(2, 8)]
     assert [(h["pod"], h["owner"]) for h in whole[0]["nodes"][0]["holders"]] == [("train-0", "Job/train")]
     assert whole[0]["holders"] == [{"namespace": "team", "name": "train-0", "uid": "uid-train-0"}]
     assert [(h["pod"], h["owner"]) for h in whole[1]["nodes"][0]["holders"]] == [("w-0", "StatefulSet/w")]
     assert uncovered(reads, POD_FIELDS) == []
+    assert uncovered(ds_reads, DS_FIELDS) == []
     [(*_, paths)] = check_queries({"pods": {"api_version": "v1", "kind": "Pod", "fields": POD_FIELDS}})
+    [(*_, ds_paths)] = check_queries(
+        {"ds": {"api_version": "apps/v1", "kind": "DaemonSet", "fields": DS_FIELDS}}
+    )
     kept = [project(p, paths) for p in pods]
+    kept_ds = [project(ds, ds_paths) for ds in daemonsets]
     assert not any("spec" in p or "managedFields" in p["metadata"] for p in kept)
-    assert diffs(kept) == whole
+    assert not any("uid" in ds["metadata"] or "selector" in ds["spec"] for ds in kept_ds)
+    assert diffs(kept, kept_ds) == whole
 
 
 def test_the_fence_prunes_only_the_fenced_nodes_daemonsets():

@@ -15,8 +15,11 @@ import pytest
 import yaml
 
 from ansible_collections.gpusplit.k8s.plugins.filter.stock_plugin import FilterModule
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import LABEL_MANAGED_BY, MANAGED_BY
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator_checks, stock_plugin
+from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import query
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._dra.dra_testdata import REFERENCE_DIR
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_render import fleet, gpu
 
@@ -178,6 +181,25 @@ def test_pod_queries_list_each_unmanaged_plugin_daemonset_by_its_selector():
         },
         {"daemonset": "kube-system/bare", "namespace": "kube-system", "label_selectors": []},
     ]
+
+
+def test_the_daemonsets_query_leaves_out_only_the_daemonsets_the_checks_skip():
+    """gpu_split_cluster asks the apiserver only for the DaemonSets gpusplit does not own (a selector
+    managed-by!=gpusplit, which also matches a DaemonSet without the label): exactly those that the
+    collision checks and the pod queries look at, so the hundreds of split DaemonSets of a fleet are not
+    read for nothing."""
+    [selector] = query("roles/gpu_split_cluster/tasks/cluster.yml", "daemonsets")["label_selectors"]
+    assert selector == f"{LABEL_MANAGED_BY}!={MANAGED_BY}"
+    key, value = selector.split("!=")
+    daemonsets = [
+        plugin_ds("nvdp", "nvidia", selector={"app": "nvdp"}),
+        plugin_ds("helm", "nvidia", labels={LABEL_MANAGED_BY: "Helm"}, selector={"app": "h"}),
+        plugin_ds("gpusplit-dp-x", "kube-system", labels={LABEL_MANAGED_BY: MANAGED_BY}, selector={"a": "x"}),
+    ]
+    served = [ds for ds in daemonsets if ds["metadata"]["labels"].get(key) != value]  # the selector's meaning
+    assert verify.unmanaged_plugin_daemonsets(served) == verify.unmanaged_plugin_daemonsets(daemonsets)
+    assert stock_plugin.pod_queries(served) == stock_plugin.pod_queries(daemonsets)
+    assert [ds["metadata"]["name"] for ds in served] == ["nvdp", "helm"]
 
 
 def pod(
