@@ -13,6 +13,8 @@ from pathlib import Path
 
 import yaml
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.read import check_queries
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -95,6 +97,12 @@ def recorded(objects):
     return [_wrap(obj, (), reads) for obj in objects], reads
 
 
+def field_paths(fields):
+    """``fields`` as cluster_read checks them: a tuple of paths, each a tuple of keys."""
+    [(*_, paths)] = check_queries({"query": {"api_version": "v1", "kind": "Object", "fields": fields}})
+    return paths
+
+
 def uncovered(reads, fields):
     """The paths read that the fields do not keep, sorted (empty when every read is covered).
 
@@ -102,7 +110,7 @@ def uncovered(reads, fields):
     field (its own prefix). A path read whole needs a field that is its prefix or equal to it.
     ``apiVersion`` and ``kind`` are always kept.
     """
-    paths = [tuple(f.split(".")) for f in fields] + [("apiVersion",), ("kind",)]
+    paths = [*field_paths(fields), ("apiVersion",), ("kind",)]
 
     def kept(path):
         return any(path[: len(p)] == p for p in paths)

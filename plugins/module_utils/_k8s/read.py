@@ -90,9 +90,9 @@ def check_queries(queries):
 
 def _without_managed_fields(obj):
     meta = obj.get("metadata")
-    if not isinstance(meta, dict) or "managedFields" not in meta:
+    if not isinstance(meta, dict) or MANAGED_FIELDS[1] not in meta:
         return obj
-    return {**obj, "metadata": {key: value for key, value in meta.items() if key != "managedFields"}}
+    return {**obj, "metadata": {key: value for key, value in meta.items() if key != MANAGED_FIELDS[1]}}
 
 
 def project(obj, paths=None):
@@ -103,9 +103,10 @@ def project(obj, paths=None):
     A path that an object does not have is left out of it, as the API leaves out an empty field. Only
     a path that names them, ``metadata.managedFields``, keeps the managedFields.
     """
-    obj = obj if paths is not None and MANAGED_FIELDS in paths else _without_managed_fields(obj)
     if paths is None:
-        return obj
+        return _without_managed_fields(obj)
+    if MANAGED_FIELDS not in paths:
+        obj = _without_managed_fields(obj)
     out = {key: obj[key] for key in ("apiVersion", "kind") if key in obj}
     for path in paths:
         value = obj

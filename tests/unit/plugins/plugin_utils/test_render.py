@@ -11,11 +11,16 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.read import check_queries, project
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.read import project
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet, plan_node
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import RenderError
-from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import query_fields, recorded, uncovered
+from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import (
+    field_paths,
+    query_fields,
+    recorded,
+    uncovered,
+)
 
 K8S = "1.37"
 REFERENCE_DIR = Path(
@@ -729,9 +734,6 @@ def test_the_labelled_nodes_query_keeps_every_field_its_filters_read():
     whole = decide(watched)
     assert whole == (["e-zero", "gpu-gone"], ["a-dp", "e-zero", "gpu-gone"], ["gpu-gone", "gpu-gone-2"])
     assert uncovered(reads, LABELLED_FIELDS) == []
-    [(*_, paths)] = check_queries(
-        {"labelled": {"api_version": "v1", "kind": "Node", "fields": LABELLED_FIELDS}}
-    )
-    kept = [project(n, paths) for n in nodes]
+    kept = [project(n, field_paths(LABELLED_FIELDS)) for n in nodes]
     assert not any("status" in n or "managedFields" in n["metadata"] for n in kept)
     assert decide(kept) == whole

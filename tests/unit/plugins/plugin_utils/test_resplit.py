@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.read import check_queries, project
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.read import project
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_node
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, resplit, resplit_inventory
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import ResplitError
-from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import query_fields, recorded, uncovered
+from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import (
+    field_paths,
+    query_fields,
+    recorded,
+    uncovered,
+)
 from ansible_collections.gpusplit.k8s.tests.unit.gpufacts import h100
 
 
@@ -145,9 +150,9 @@ def test_a_container_process_no_pod_holds_is_warned_about():
     assert any("container process 9 (python) that no pod is known to hold" in w for w in diff["warnings"])
 
 
-def test_dra_holders_come_from_allocated_claims():
-    new = plan_of({"host_indices": [0, 1, 4]}, mode="dra")
-    claim = {
+def gpu4_claim():
+    """A ResourceClaim allocated gpu-4 of node-a, reserved for pod ml/w-0."""
+    return {
         "metadata": {"namespace": "ml", "name": "c1"},
         "status": {
             "allocation": {
@@ -156,6 +161,11 @@ def test_dra_holders_come_from_allocated_claims():
             "reservedFor": [{"resource": "pods", "name": "w-0", "uid": "u1"}],
         },
     }
+
+
+def test_dra_holders_come_from_allocated_claims():
+    new = plan_of({"host_indices": [0, 1, 4]}, mode="dra")
+    claim = gpu4_claim()
     rules = [
         {
             "metadata": {"annotations": {"gpusplit.io/gpu-uuid": uuid(i)}},
@@ -219,15 +229,7 @@ def test_the_pods_and_daemonsets_queries_keep_every_field_resplit_diff_reads():
     objects (the live share, owners, phases, uids, and the pods a claim is reserved for)."""
     old, new = plan_of({"host_count": 2}), plan_of({"host_indices": [0, 1, 5]})
     dra_new = plan_of({"host_indices": [0, 1, 4]}, mode="dra")
-    claim = {
-        "metadata": {"namespace": "ml", "name": "c1"},
-        "status": {
-            "allocation": {
-                "devices": {"results": [{"driver": "gpu.nvidia.com", "pool": "node-a", "device": "gpu-4"}]}
-            },
-            "reservedFor": [{"resource": "pods", "name": "w-0", "uid": "u1"}],
-        },
-    }
+    claim = gpu4_claim()
     pods = [
         full_pod("team", "train-0", owner=("Job", "train")),
         full_pod("team", "infer-0"),
@@ -257,12 +259,8 @@ def test_the_pods_and_daemonsets_queries_keep_every_field_resplit_diff_reads():
     assert [(h["pod"], h["owner"]) for h in whole[1]["nodes"][0]["holders"]] == [("w-0", "StatefulSet/w")]
     assert uncovered(reads, POD_FIELDS) == []
     assert uncovered(ds_reads, DS_FIELDS) == []
-    [(*_, paths)] = check_queries({"pods": {"api_version": "v1", "kind": "Pod", "fields": POD_FIELDS}})
-    [(*_, ds_paths)] = check_queries(
-        {"ds": {"api_version": "apps/v1", "kind": "DaemonSet", "fields": DS_FIELDS}}
-    )
-    kept = [project(p, paths) for p in pods]
-    kept_ds = [project(ds, ds_paths) for ds in daemonsets]
+    kept = [project(p, field_paths(POD_FIELDS)) for p in pods]
+    kept_ds = [project(ds, field_paths(DS_FIELDS)) for ds in daemonsets]
     assert not any("spec" in p or "managedFields" in p["metadata"] for p in kept)
     assert not any("uid" in ds["metadata"] or "selector" in ds["spec"] for ds in kept_ds)
     assert diffs(kept, kept_ds) == whole

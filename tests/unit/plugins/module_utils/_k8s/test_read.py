@@ -12,6 +12,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.read import (
     project,
     read_queries,
 )
+from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import field_paths
 
 
 def test_queries_in_order_with_their_selectors_joined():
@@ -107,8 +108,7 @@ POD = {
 
 
 def paths(*fields):
-    [query] = check_queries({"q": {"api_version": "v1", "kind": "Pod", "fields": list(fields)}})
-    return query[5]
+    return field_paths(list(fields))
 
 
 def test_every_object_comes_back_without_its_managed_fields():
