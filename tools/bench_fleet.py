@@ -327,7 +327,9 @@ def module_cpu(path: Path) -> tuple[int, float]:
     return len(values), sum(values)
 
 
-def run_site(inv: Path, forks: int, workdir: Path, label: str, extra_env: dict) -> dict:
+def run_site(
+    inv: Path, forks: int, workdir: Path, label: str, extra_env: dict, extra_vars: tuple = ()
+) -> dict:
     counts = workdir / f"counts-{label}.json"
     modules = workdir / f"module-cpu-{label}.txt"
     modules.unlink(missing_ok=True)
@@ -349,6 +351,7 @@ def run_site(inv: Path, forks: int, workdir: Path, label: str, extra_env: dict) 
         str(inv),
         "-e",
         json.dumps({"gpusplit_out_dir": str(workdir / "out")}),
+        *[arg for extra in extra_vars for arg in ("-e", extra)],
         "-f",
         str(forks),
         str(ROOT / "playbooks" / "site.yml"),
@@ -390,7 +393,7 @@ def tasks_per_host(run: dict, n: int) -> float:
     return sum(s.get(k, 0) for s in stats for k in keys) / max(n, 1)
 
 
-def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict) -> list[dict]:
+def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_vars: tuple = ()) -> list[dict]:
     from lab import nodes
 
     core = nodes.api()
@@ -403,9 +406,9 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict) -> list[
         create_nodes(core, n)
         load_before = os.getloadavg()
         try:
-            first = run_site(inv, forks, workdir, f"{n}-first", extra_env)
+            first = run_site(inv, forks, workdir, f"{n}-first", extra_env, extra_vars)
             before = apiserver_writes(core)
-            again = run_site(inv, forks, workdir, f"{n}-rerun", extra_env)
+            again = run_site(inv, forks, workdir, f"{n}-rerun", extra_env, extra_vars)
             after = apiserver_writes(core)
         finally:
             delete_bench_objects(core)
@@ -482,6 +485,13 @@ def main(argv: list[str] | None = None) -> int:
         default=[],
         help="KEY=VALUE for ansible-playbook (e.g. ANSIBLE_PIPELINING=1)",
     )
+    parser.add_argument(
+        "-e",
+        "--extra-vars",
+        action="append",
+        default=[],
+        help="ansible-playbook -e for both runs (e.g. gpusplit_gpu_taint=true, as inventory/example sets it)",
+    )
     args = parser.parse_args(argv)
     try:
         sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
@@ -505,11 +515,12 @@ def main(argv: list[str] | None = None) -> int:
         f"bench-fleet: site.yml on the lab, {os.cpu_count()} CPUs, load average "
         f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f}, forks {args.forks}, sizes {sizes}"
         + (f", env {extra_env}" if extra_env else "")
+        + (f", extra vars {args.extra_vars}" if args.extra_vars else "")
     )
     print(HEADER)
     print("|---|---|---|---|---|---|---|---|---|---|")
     try:
-        rows = bench(sizes, args.forks, workdir, extra_env)
+        rows = bench(sizes, args.forks, workdir, extra_env, tuple(args.extra_vars))
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)

@@ -94,7 +94,7 @@ CAPABILITIES = (
     (
         "Rendering and applying the split",
         "The split device plugin's objects, node labels and taints, the plugin settings, the output "
-        "directory, the cluster connection, and `cluster_apply` (server-side apply).",
+        "directory, the cluster connection, `cluster_apply` (server-side apply) and `node_taints`.",
         (
             "plugin_utils/render.py",
             "plugin_utils/settings.py",
@@ -102,6 +102,7 @@ CAPABILITIES = (
             "module_utils/_k8s/",
             "modules/cluster_apply.py",
             "modules/helm_release.py",
+            "modules/node_taints.py",
         ),
     ),
     (

@@ -80,6 +80,11 @@ def gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes, scope="
     return render.gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes, scope)
 
 
+def gpu_taint_nodes(live_nodes, plan, taint_enabled, inventory_nodes, scope="inventory"):
+    """The nodes argument of gpusplit.k8s.node_taints for the GPU taint: set where planned, off where it goes."""
+    return render.gpu_taint_nodes(live_nodes, plan, taint_enabled, inventory_nodes, scope)
+
+
 def stock_plugin_exclusion(existing=None, settings=None):
     """The patch keeping a stock cluster-wide plugin DaemonSet off split nodes."""
     return render.render_stock_plugin_exclusion(settings, existing)
@@ -109,6 +114,7 @@ class FilterModule:
             node_taints,
             node_patches,
             gpu_taint_removals,
+            gpu_taint_nodes,
             stock_plugin_exclusion,
             split_daemonset_name,
             resolve_plugin_settings,

@@ -413,6 +413,22 @@ def gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes=None, sc
     return sorted(out)
 
 
+def gpu_taint_nodes(live_nodes, plan, taint_enabled, inventory_nodes=None, scope="inventory"):
+    """The GPU taint's changes for the module node_taints, one step for the fleet: ``{name, present}`` for
+    every planned node that gets the taint (:func:`node_taints`) and, in ``live_nodes`` (this run's read),
+    does not have it yet; then ``{name, absent}`` for every live node that loses it
+    (:func:`gpu_taint_removals`, same arguments). Empty when nothing changes, so that an unchanged fleet
+    costs no module execution."""
+    tainted = {(n.get("metadata") or {}).get("name") for n in live_nodes or [] if has_gpu_taint(n)}
+    present = [
+        {"name": p["node"], "present": node_taints(p, taint_enabled)}
+        for p in node_plans(plan)
+        if node_taints(p, taint_enabled) and p["node"] not in tainted
+    ]
+    removals = gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes, scope)
+    return present + [{"name": name, "absent": [dict(GPU_TAINT)]} for name in removals]
+
+
 # --------------------------------------------------------------------------------------------
 # the per-node split device plugin
 

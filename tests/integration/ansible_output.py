@@ -27,11 +27,18 @@ def ansible_playbook(
 
 
 def ansible_module(
-    host: str, module: str, args: str, inventory, timeout: int = 300, check: bool = True
+    host: str,
+    module: str,
+    args: str,
+    inventory,
+    timeout: int = 300,
+    check: bool = True,
+    options: tuple[str, ...] = (),
 ) -> dict:
     """One module on one inventory host, ad hoc as a user runs it; its result (JSON callback).
 
-    ``check``: the command must succeed (``check=False`` for a test of the module's failure)."""
+    ``check``: the command must succeed (``check=False`` for a test of the module's failure).
+    ``options``: more options of ``ansible`` (``--check``, ``--diff``)."""
     env = {
         **os.environ,
         "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
@@ -40,7 +47,7 @@ def ansible_module(
         "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
     }
     proc = subprocess.run(
-        ["ansible", "-i", str(inventory), host, "-m", module, "-a", args],
+        ["ansible", "-i", str(inventory), host, "-m", module, "-a", args, *options],
         capture_output=True,
         text=True,
         cwd=ROOT,

@@ -313,10 +313,16 @@ def gpu_tainted(kubectl, name: str) -> tuple[bool, bool]:
 
 
 def untainted_by_gpusplit(stdout: str) -> list[str]:
-    """The nodes the role's taint-removal task reported as changed."""
-    section = stdout.split("TASK [gpusplit.k8s.gpu_split_cluster : Take the GPU taint off", 1)[1]
+    """The nodes whose GPU taint the role's node_taints task took off (or would, in check mode), from its
+    diff (the playbook run with --diff)."""
+    section = stdout.split("TASK [gpusplit.k8s.gpu_split_cluster : Set the GPU taint", 1)[1]
     section = section.split("TASK [", 1)[0].split("PLAY RECAP", 1)[0]
-    return sorted(re.findall(r"changed: \[localhost\] => \(item=([^)]+)\)", section))
+    out = []
+    for block in re.split(r"^--- before: ", section, flags=re.M)[1:]:
+        name = re.match(r"node (\S+) taints", block).group(1)
+        if re.search(r"^-nvidia\.com/gpu=present:NoSchedule$", block, flags=re.M):
+            out.append(name)
+    return sorted(out)
 
 
 def test_optional_gpu_taint_on_nodes_with_a_kubernetes_share(split, kubectl, tmp_path):
@@ -340,7 +346,7 @@ def test_optional_gpu_taint_on_nodes_with_a_kubernetes_share(split, kubectl, tmp
         assert gpu_tainted(kubectl, "lab-dgx-01") == (True, True)
 
         # the taint switched off (the default): gpusplit takes it off every node where it set it
-        check = run_playbook("split.yml", INVENTORY, "--check")
+        check = run_playbook("split.yml", INVENTORY, "--check", "--diff")
         assert gpu_tainted(kubectl, "lab-dgx-01") == (True, True)  # check mode changed nothing
         assert untainted_by_gpusplit(check.stdout) == [
             "lab-dgx-01",
@@ -348,7 +354,7 @@ def test_optional_gpu_taint_on_nodes_with_a_kubernetes_share(split, kubectl, tmp
             "lab-hgx-lost-01",
             "lab-ssh-01",
         ]
-        off = run_playbook("split.yml", INVENTORY)
+        off = run_playbook("split.yml", INVENTORY, "--diff")
         assert untainted_by_gpusplit(off.stdout) == [
             "lab-dgx-01",
             "lab-h200-01",

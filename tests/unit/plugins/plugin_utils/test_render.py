@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.read import project
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.taints import check_requests
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet, plan_node
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import RenderError
@@ -676,6 +677,35 @@ def test_gpu_taint_removals():
     assert render.taint_text({"key": "k", "effect": "NoSchedule"}) == "k:NoSchedule"
 
 
+def test_gpu_taint_nodes_one_request_for_the_fleet():
+    """node_taints' nodes: present where a planned node gets the taint and this run's read does not show it
+    yet, absent where gpu_taint_removals takes it off; nothing at all for a fleet already as planned."""
+    plan = fleet()  # a-dp, b-dra, c-op have a share; d-none, e-zero none
+    planned = [p["node"] for p in plan["nodes"].values()]
+    inventory = [*planned, "gpu-outside"]
+    taint = [GPU_TAINT]
+    nodes = [
+        live_node("a-dp", [OTHER_TAINT, GPU_TAINT]),  # has it: left out
+        live_node("b-dra", [{**GPU_TAINT, "value": "other"}]),  # another value: set again
+        live_node("e-zero", [GPU_TAINT]),  # its share dropped to 0
+        live_node("gpu-gone", [GPU_TAINT]),  # host left the inventory
+    ]
+    assert render.gpu_taint_nodes(nodes, plan, True, inventory) == [
+        {"name": "b-dra", "present": taint},
+        {"name": "c-op", "present": taint},  # not labelled yet (first run): not in the read
+        {"name": "e-zero", "absent": taint},
+        {"name": "gpu-gone", "absent": taint},
+    ]
+    assert render.gpu_taint_nodes(nodes, plan, False, inventory) == [
+        {"name": name, "absent": taint} for name in ("a-dp", "e-zero", "gpu-gone")
+    ]
+    done = [live_node(n, [GPU_TAINT]) for n in ("a-dp", "b-dra", "c-op")]
+    assert render.gpu_taint_nodes(done, plan, True, inventory) == []
+    assert render.gpu_taint_nodes([], plan, False, inventory) == []
+    # the requests are what the module takes
+    check_requests(render.gpu_taint_nodes(nodes, plan, True, inventory))
+
+
 def full_node(node):
     """``node`` with what a live Node carries besides: gpu_split_cluster's query keeps only part of it."""
     meta = node["metadata"]
@@ -728,11 +758,13 @@ def test_the_labelled_nodes_query_keeps_every_field_its_filters_read():
             render.gpu_taint_removals(live, plan, True, inventory),
             render.gpu_taint_removals(live, plan, False, inventory),
             render.departed_nodes(live, plan, inventory),
+            render.gpu_taint_nodes(live, plan, True, inventory),
         )
 
     watched, reads = recorded(nodes)
     whole = decide(watched)
-    assert whole == (["e-zero", "gpu-gone"], ["a-dp", "e-zero", "gpu-gone"], ["gpu-gone", "gpu-gone-2"])
+    assert whole[:3] == (["e-zero", "gpu-gone"], ["a-dp", "e-zero", "gpu-gone"], ["gpu-gone", "gpu-gone-2"])
+    assert [n["name"] for n in whole[3]] == ["b-dra", "e-zero", "gpu-gone"]  # a-dp and c-op have it
     assert uncovered(reads, LABELLED_FIELDS) == []
     kept = [project(n, field_paths(LABELLED_FIELDS)) for n in nodes]
     assert not any("status" in n or "managedFields" in n["metadata"] for n in kept)
