@@ -16,6 +16,10 @@ description:
     starting; a FAIL must hold for 15 seconds (within I(wait_seconds)) before it is reported,
     since right after an apply the old plugin pod or the kubelet's last count can still show.
   - Read-only. Run it on the controller.
+  - Its action plugin, on the controller, sends the module only what the comparison reads of O(plan) and
+    O(facts) (of each node plan its mode, host, node, UUIDs, resources and the uuid and share of its GPUs; of
+    each GPU in the facts its uuid and processes), so that a big fleet's plan and facts are not carried whole
+    into the module's arguments.
 options:
   plan:
     description: The fleet plan (the gpu_plan role's C(gpusplit_fleet_plan)).

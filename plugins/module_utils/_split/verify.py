@@ -289,6 +289,51 @@ def _facts_problems(facts_by_host):
     return problems
 
 
+# What verify_fleet reads of a node plan and of each GPU of a host's facts, as paths (``gpus.uuid``: the
+# uuid of each item of the list gpus). The action plugin of fleet_verify sends the module only these
+# (verify_inputs): the whole plan and every host's facts were most of the module's arguments at fleet size
+# (docs/performance.md, ninth round). The unit tests record what verify_fleet reads of whole inputs and fail
+# where a read is not here.
+NODE_PLAN_READS = (
+    "mode",
+    *(key for key, *_ in NODE_PLAN_FIELDS if key not in ("gpus", "excluded")),
+    "gpus.uuid",
+    "gpus.share",
+    "excluded.uuid",
+)
+GPU_FACT_READS = ("uuid", "processes")
+
+
+def _keep(value, paths):
+    """``value`` with only ``paths`` (tuples of keys; a list's items each kept the same way). A value of
+    another shape than the paths expect is kept as it is, so that require_fleet_plan still refuses it."""
+    if isinstance(value, list):
+        return [_keep(item, paths) for item in value]
+    if not isinstance(value, dict):
+        return value
+    out = {}
+    for path in paths:
+        key = path[0]
+        if key in value:
+            rest = [p[1:] for p in paths if p[0] == key and len(p) > 1]
+            whole = any(p == (key,) for p in paths)
+            out[key] = value[key] if whole or not rest else _keep(value[key], rest)
+    return out
+
+
+def verify_inputs(plan, facts_by_host):
+    """``(plan, facts_by_host)`` with only what :func:`verify_fleet` reads of them: of each node plan the
+    paths of NODE_PLAN_READS, of each GPU in the facts those of GPU_FACT_READS. Inputs of another shape
+    are passed as they are, for require_fleet_plan to refuse."""
+    node_paths = [tuple(p.split(".")) for p in NODE_PLAN_READS]
+    gpu_paths = [tuple(p.split(".")) for p in GPU_FACT_READS]
+    if isinstance(plan, dict) and isinstance(plan.get("nodes"), dict):
+        plan = {"nodes": {host: _keep(node_plan, node_paths) for host, node_plan in plan["nodes"].items()}}
+    if isinstance(facts_by_host, dict):
+        facts_by_host = {host: _keep(gpus, gpu_paths) for host, gpus in facts_by_host.items()}
+    return plan, facts_by_host
+
+
 def require_fleet_plan(plan, facts_by_host=None):
     """Refuse (GpusplitError with every reason) what is not a fleet plan of the table's modes.
 

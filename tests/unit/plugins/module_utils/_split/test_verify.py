@@ -205,3 +205,63 @@ def test_a_node_plan_without_what_verify_reads_is_refused_naming_each_field():
         "plan.nodes.n1.excluded: expected a list of GPUs, each with uuid, item 0 has no uuid",
         "facts.n1: expected a list of GPUs (nvidia_gpus), each a mapping, item 1 is string",
     ]
+
+
+def test_verify_inputs_keep_every_read_and_decide_the_same():
+    """The action plugin of fleet_verify sends the module only NODE_PLAN_READS of each node plan and
+    GPU_FACT_READS of each GPU: verify_fleet given whole inputs reads nothing else, and decides the same on
+    the cut ones, for every verdict."""
+    from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import recorded, uncovered
+
+    fleet = plan_fleet(
+        {
+            "n1": {"facts": facts(), "mode": "device_plugin", "split": {"host_count": 1}},
+            "n2": {"facts": facts(), "mode": "device_plugin", "split": {"host_count": 2}},
+            "n3": {"facts": facts(), "mode": "none", "split": {}},
+        }
+    )
+    host_proc = {"pid": 11, "name": "python", "used_memory_mib": 10, "in_container": False}
+    pod_proc = {"pid": 12, "name": "python", "used_memory_mib": 10, "in_container": True, "container_id": "c"}
+    gpu_facts = {"n1": facts({1: [host_proc]}), "n2": facts({0: [pod_proc]}), "n3": facts({2: [host_proc]})}
+    nodes = [
+        {"metadata": {"name": name}, "status": {"allocatable": {"nvidia.com/gpu": str(count)}}}
+        for name, count in (("n1", 3), ("n2", 4))  # n2: more than planned; n3 is not registered
+    ]
+    pods = [plugin_pod("dp1"), {**plugin_pod("dp2"), "spec": {**plugin_pod("x")["spec"], "nodeName": "n2"}}]
+
+    watched_plans, plan_reads = recorded(list(fleet["nodes"].values()))
+    watched_gpus, gpu_reads = recorded([gpu for gpus in gpu_facts.values() for gpu in gpus])
+    watched_plan = {**fleet, "nodes": dict(zip(fleet["nodes"], watched_plans, strict=True))}
+    watched_facts = {host: watched_gpus[4 * i : 4 * i + 4] for i, host in enumerate(gpu_facts)}
+    whole = verify.verify_fleet(watched_plan, nodes, pods, watched_facts)
+    assert [n["verdict"] for n in whole["nodes"]] == [verify.FAIL, verify.FAIL, verify.FAIL]
+    assert uncovered(plan_reads, list(verify.NODE_PLAN_READS)) == []
+    assert uncovered(gpu_reads, list(verify.GPU_FACT_READS)) == []
+
+    cut_plan, cut_facts = verify.verify_inputs(fleet, gpu_facts)
+    assert verify.verify_fleet(cut_plan, nodes, pods, cut_facts) == whole
+    assert set(cut_plan) == {"nodes"} and "mig_strategy" not in cut_plan["nodes"]["n1"]
+    assert set(cut_plan["nodes"]["n1"]["gpus"][0]) == {"uuid", "share"}
+    assert set(cut_facts["n1"][0]) == {"uuid", "processes"}
+
+
+def test_verify_inputs_pass_bad_shapes_on_for_the_same_refusal():
+    import pytest
+
+    from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+
+    bad = plan()
+    node_plan = bad["nodes"]["n1"]
+    del node_plan["node"]
+    node_plan["kubernetes_uuids"] = "GPU-1,GPU-2"
+    node_plan["gpus"] = "GPU-0"
+    node_plan["excluded"] = [{"pci_bus_id": "0000:18:00.0"}]
+    bad_facts = {"n1": [{"uuid": "GPU-1", "name": "x"}, "GPU-2"], "n2": "GPU-3"}
+    with pytest.raises(GpusplitError) as whole:
+        verify.verify_fleet(bad, [node(3)], [], bad_facts)
+    cut_plan, cut_facts = verify.verify_inputs(bad, bad_facts)
+    with pytest.raises(GpusplitError) as cut:
+        verify.verify_fleet(cut_plan, [node(3)], [], cut_facts)
+    assert cut.value.errors == whole.value.errors and len(whole.value.errors) == 6
+    assert verify.verify_inputs("no plan", None) == ("no plan", None)
+    assert verify.verify_inputs({"nodes": []}, []) == ({"nodes": []}, [])

@@ -1,0 +1,32 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Action plugin gpusplit.k8s.fleet_verify: the module, sent only what it reads of the plan and the facts.
+
+The module compares every node with its plan and every host's GPU processes with their share. Its
+arguments were the whole fleet plan and every host's whole GPU facts: at fleet size most of the module's
+cost was carrying them (templated, serialized into the module's payload, parsed and checked again by the
+module). Here, on the controller, they are cut to what the comparison reads (module_utils/_split/verify.py,
+``verify_inputs``) before the module runs where the task says. The module and its documentation:
+plugins/modules/fleet_verify.py.
+"""
+
+from __future__ import annotations
+
+from ansible.plugins.action import ActionBase
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.verify import verify_inputs
+
+
+class ActionModule(ActionBase):
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = False
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        args = dict(self._task.args)
+        plan, facts = verify_inputs(args.get("plan"), args.get("facts"))
+        # only what was given: a missing plan is still the module's own refusal
+        args.update({key: value for key, value in (("plan", plan), ("facts", facts)) if key in args})
+        result.update(self._execute_module(module_args=args, task_vars=task_vars))
+        return result
