@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import APP_NAME, LABEL_NAME
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.read import project
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.preflight import (
     DEVICE_PLUGIN_LABELS,
     PREFLIGHT_CHECKS,
@@ -12,6 +13,12 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.preflight import
     containerd_imports,
     preflight,
     preflight_table,
+)
+from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import (
+    field_paths,
+    query_fields,
+    recorded,
+    uncovered,
 )
 
 APIS_137 = {
@@ -213,3 +220,51 @@ def test_preflight_collects_every_refusal():
 
 def test_the_split_device_plugin_is_recognised_as_a_device_plugin():
     assert APP_NAME in DEVICE_PLUGIN_LABELS[LABEL_NAME]
+
+
+POD_FIELDS = query_fields("roles/dra_driver/tasks/preflight_checks.yml", "pods")
+
+
+def test_the_pods_query_keeps_every_field_the_preflight_reads():
+    """dra_driver reads every pod once with only the query's fields (cluster_read ``fields``), where it read
+    each DRA node's pods whole: the preflight given whole pods reads nothing else, and decides the same on
+    the projected ones (pods on other nodes, finished ones, other images, gpusplit's label)."""
+
+    def whole(pod, **more):
+        meta = pod["metadata"]
+        return {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                **meta,
+                "uid": "u",
+                "resourceVersion": "9",
+                "managedFields": [{"manager": "kubelet"}],
+            },
+            "spec": {
+                **pod["spec"],
+                "initContainers": [{"name": "init", "image": "busybox"}],
+                "volumes": [{"name": "v", "hostPath": {"path": "/var/lib/kubelet/device-plugins"}}],
+                **more,
+            },
+            "status": {**pod["status"], "podIP": "10.0.0.9", "conditions": [{"type": "Ready"}]},
+        }
+
+    pods = [
+        whole(plugin_pod("node-a")),
+        whole(plugin_pod("node-b")),
+        whole(plugin_pod("node-a", phase="Succeeded")),
+        whole(plugin_pod("node-a", image="cuda:12")),
+        whole(
+            plugin_pod(
+                "node-a", image="example/x", labels={"app.kubernetes.io/name": "gpusplit-device-plugin"}
+            )
+        ),
+    ]
+    watched, reads = recorded(pods)
+    report = preflight(GOOD_CLUSTER, hosts(), watched)
+    assert not report["ok"] and "kube-system/dp-x" in report["errors"][0]
+    assert uncovered(reads, POD_FIELDS) == []
+    kept = [project(p, field_paths(POD_FIELDS)) for p in pods]
+    assert preflight(GOOD_CLUSTER, hosts(), kept) == report
+    assert "volumes" not in kept[0]["spec"] and "podIP" not in kept[0]["status"]
