@@ -85,3 +85,10 @@ def a_type_name(value):
     """:func:`type_name` with its article, for the middle of a sentence: ``a string``, ``an integer``."""
     name = type_name(value)
     return ("an " if name[:1] in "aeiou" else "a ") + name
+
+
+def unknown_keys(where, mapping, known):
+    """``["<where>: unknown key(s) a, b (known: ...)"]`` for the keys of ``mapping`` not in ``known``, sorted;
+    ``[]`` when there are none. One wording for every refusal of a key no one reads."""
+    unknown = sorted(set(map(str, mapping)) - set(known))
+    return [f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})"] if unknown else []

@@ -16,7 +16,11 @@ a query may keep only the ``fields`` its caller reads (:func:`project`).
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
+    GpusplitError,
+    type_name,
+    unknown_keys,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import API_ERRORS, error_text
 
 QUERY_KEYS = ("api_version", "kind", "fields", "label_selectors", "namespace")
@@ -57,9 +61,7 @@ def check_queries(queries):
         if not isinstance(query, dict):
             errors.append(f"{where}: expected a mapping with api_version and kind, got {type_name(query)}")
             continue
-        unknown = sorted(set(map(str, query)) - set(QUERY_KEYS))
-        if unknown:
-            errors.append(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(QUERY_KEYS)})")
+        errors.extend(unknown_keys(where, query, QUERY_KEYS))
         for key in ("api_version", "kind"):
             if not isinstance(query.get(key), str) or not query.get(key).strip():
                 errors.append(f"{where}.{key}: expected a non-empty string, got {type_name(query.get(key))}")

@@ -18,7 +18,11 @@ else's taint is lost.
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
+    GpusplitError,
+    type_name,
+    unknown_keys,
+)
 
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 REQUEST_KEYS = ("name", "present", "absent")
@@ -38,11 +42,7 @@ def taint_text(taint):
 def _taint_problems(where, taint):
     if not isinstance(taint, dict):
         return [f"{where}: expected a taint (key, value, effect), got {type_name(taint)}"]
-    problems = [
-        f"{where}.{k}: unknown key (a taint has {', '.join(TAINT_KEYS)})"
-        for k in taint
-        if k not in TAINT_KEYS
-    ]
+    problems = unknown_keys(where, taint, TAINT_KEYS)
     key = taint.get("key")
     if not isinstance(key, str) or not key:
         problems.append(f"{where}.key: expected the taint's key, a non-empty string, got {key!r}")
@@ -70,11 +70,7 @@ def check_requests(requests):
                 f"{where}: expected a mapping with name, present and absent, got {type_name(request)}"
             )
             continue
-        errors.extend(
-            f"{where}.{k}: unknown key (a node has {', '.join(REQUEST_KEYS)})"
-            for k in request
-            if k not in REQUEST_KEYS
-        )
+        errors.extend(unknown_keys(where, request, REQUEST_KEYS))
         name = request.get("name")
         if not isinstance(name, str) or not name:
             errors.append(f"{where}.name: expected the node's name, a non-empty string, got {name!r}")

@@ -117,3 +117,12 @@ def test_a_type_name_reads_in_a_sentence():
         "a list",
         "a mapping",
     ]
+
+
+def test_unknown_keys_one_wording_sorted():
+    from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import unknown_keys
+
+    assert unknown_keys("q", {"kind": 1, "zz": 2, "aa": 3}, ("kind", "name")) == [
+        "q: unknown key(s) aa, zz (known: kind, name)"
+    ]
+    assert unknown_keys("q", {"kind": 1}, ("kind", "name")) == []

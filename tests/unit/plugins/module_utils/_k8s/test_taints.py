@@ -50,7 +50,7 @@ def test_every_bad_request_refused_at_once():
         )
     errors = caught.value.errors
     assert errors == [
-        "nodes[0].extra: unknown key (a node has name, present, absent)",
+        "nodes[0]: unknown key(s) extra (known: name, present, absent)",
         "nodes[0] (a).present[0].key: expected the taint's key, a non-empty string, got ''",
         "nodes[0] (a).present[0].effect: expected one of NoSchedule, PreferNoSchedule, NoExecute, got 'NoSchedul'",
         "nodes[1].name: node a is named twice; give each node once with all its taints",
@@ -58,7 +58,7 @@ def test_every_bad_request_refused_at_once():
         "nodes[2].present: expected a list of taints, got string",
         "nodes[3]: expected a mapping with name, present and absent, got string",
         "nodes[4] (c): taint nvidia.com/gpu:NoSchedule is both in present and in absent",
-        "nodes[5] (d).present[0].other: unknown key (a taint has key, value, effect)",
+        "nodes[5] (d).present[0]: unknown key(s) other (known: key, value, effect)",
         "nodes[5] (d).present[0].value: expected a string (or none), got integer",
     ]
     with pytest.raises(GpusplitError, match="nodes: expected a list"):
