@@ -128,7 +128,7 @@ def node_changes(nodes_by_name, checked):
     """``[{name, before, after, resource_version}]`` for each requested node whose taints change, in the
     order asked. A requested node that the cluster does not have is refused, all of them at once, before
     anything is patched."""
-    missing = [name for name, _, _ in checked if name not in nodes_by_name]
+    missing = [request[0] for request in checked if request[0] not in nodes_by_name]
     if missing:
         raise GpusplitError(
             f"node(s) not in the cluster: {', '.join(missing)}; no node's taints were changed "
@@ -227,7 +227,7 @@ def apply_changes(api, checked, check_mode=False, attempts=ATTEMPTS):
         return GpusplitError(f"node {change['name']}: {why}{already}")
 
     for change in changes:
-        for _ in range(attempts):
+        for _attempt in range(attempts):
             answer = api.patch(change["name"], patch_ops(change))
             if answer is None:
                 done.append(change)

@@ -296,7 +296,7 @@ def _facts_problems(facts_by_host):
 # where a read is not here.
 NODE_PLAN_READS = (
     "mode",
-    *(key for key, *_ in NODE_PLAN_FIELDS if key not in ("gpus", "excluded")),
+    *(field[0] for field in NODE_PLAN_FIELDS if field[0] not in ("gpus", "excluded")),
     "gpus.uuid",
     "gpus.share",
     "excluded.uuid",
