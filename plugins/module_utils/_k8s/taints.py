@@ -18,11 +18,15 @@ else's taint is lost.
 
 from __future__ import annotations
 
+import json
+
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
     GpusplitError,
     type_name,
     unknown_keys,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import list_json
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import taint_text
 
 EFFECTS = ("NoSchedule", "PreferNoSchedule", "NoExecute")
 REQUEST_KEYS = ("name", "present", "absent")
@@ -32,11 +36,6 @@ ATTEMPTS = 3  # reads and patches of one node whose resourceVersion moved in bet
 
 def taint_id(taint):
     return (taint["key"], taint["effect"])
-
-
-def taint_text(taint):
-    value = taint.get("value")
-    return f"{taint['key']}{'=' + value if value else ''}:{taint['effect']}"
 
 
 def _taint_problems(where, taint):
@@ -81,16 +80,18 @@ def check_requests(requests):
         else:
             where = f"nodes[{i}] ({name})"
             seen.add(name)
-        lists = {}
+        lists, taints_ok = {}, True
         for part in ("present", "absent"):
             taints = request.get(part) or []
             if not isinstance(taints, list):
                 errors.append(f"{where}.{part}: expected a list of taints, got {type_name(taints)}")
                 taints = []
             for j, taint in enumerate(taints):
-                errors.extend(_taint_problems(f"{where}.{part}[{j}]", taint))
+                problems = _taint_problems(f"{where}.{part}[{j}]", taint)
+                errors.extend(problems)
+                taints_ok = taints_ok and not problems
             lists[part] = taints
-        if not any(_taint_problems("", t) for t in (*lists["present"], *lists["absent"])):
+        if taints_ok:
             both = {taint_id(t) for t in lists["present"]} & {taint_id(t) for t in lists["absent"]}
             errors.extend(
                 f"{where}: taint {key}:{effect} is both in present and in absent"
@@ -185,13 +186,9 @@ class NodeTaintsApi:
         self.writes = 0
 
     def nodes(self):
-        from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import list_json
-
         return {(n.get("metadata") or {}).get("name"): n for n in list_json(self.core.list_node)}
 
     def node(self, name):
-        import json
-
         answer = self.core.read_node(name, _preload_content=False)
         return json.loads(answer.data)
 
