@@ -34,6 +34,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
     refusal_text,
     type_name,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.gc_pause import gc_paused
 
 FILTER_DIR = Path(__file__).resolve().parent.parent / "filter"
 INPUT = "_input"
@@ -151,6 +152,7 @@ def wrap(func, refusals=None):
     """
     name = func.__name__
     signature = inspect.signature(func)
+    paused = gc_paused(func)  # every filter with the garbage collector paused (_split/gc_pause.py)
 
     @functools.cache
     def titles():
@@ -158,11 +160,11 @@ def wrap(func, refusals=None):
         table.setdefault(GpusplitError, None)
         return table
 
-    @functools.wraps(func)
+    @functools.wraps(paused)
     def run(*args, **kwargs):
         fallback = f"gpusplit.k8s.{name}"
         try:
-            return func(*args, **kwargs)
+            return paused(*args, **kwargs)
         except Exception as exc:
             for kind, title in titles().items():
                 if isinstance(exc, kind):

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.gc_pause import gc_paused
+
 SHARES = {
     # share: (fill, legend text)
     "kubernetes": ("#2f7ed8", "Kubernetes share (advertised to pods)"),
@@ -129,6 +131,7 @@ def _problem_key(row):
     return (rank, str(entry.get("name") or node_plan.get("node") or ""))
 
 
+@gc_paused
 def render_fleet_svg(report, plan, title="gpusplit fleet", detail_limit=40, problem_rows=200):
     """The SVG document (str) for the fleet report and plan.
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import modes
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.gc_pause import gc_paused
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.host_share import HostShareError, host_share
 
@@ -132,6 +133,7 @@ def unchanged(run, discovery):
     )
 
 
+@gc_paused
 def host_side_fleet(plan, hostvars, defaults=None, toolkit_settings=None):
     """host_run for every host of the fleet plan, each with its own variables (``defaults``: the role's
     defaults, {inventory variable: value}, for what a host leaves out). Returns ``{"runs": {host: run},

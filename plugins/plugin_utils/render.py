@@ -36,6 +36,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     LABEL_VALUE_RE as _LABEL_VALUE_RE,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import taint_text
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.gc_pause import gc_paused
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import get_mode, mode_has
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import node_plans
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.settings import with_defaults
@@ -518,6 +519,7 @@ def render_namespace(settings=None):
     return render_template("namespace.yaml.j2", name=s["namespace"], managed_by=MANAGED_BY)
 
 
+@gc_paused
 def render_fleet(plan, settings=None):
     """Every cluster-side object of the split plugins, in apply order.
 

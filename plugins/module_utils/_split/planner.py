@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import dns_subdomain_problem
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.gc_pause import gc_paused
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.inputs import (
     MAX_LISTED,
     fmt_list,
@@ -508,6 +509,7 @@ def plan_node(host, facts, mode, split, mig_strategy="none", exclude_unhealthy=T
     return plan
 
 
+@gc_paused
 def plan_fleet(hosts):
     """Plan every host; collect the refusals of all hosts before raising one PlanError.
 

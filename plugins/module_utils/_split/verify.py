@@ -26,6 +26,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     LABEL_NAME,
     MANAGED_BY,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.gc_pause import gc_paused
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import get_mode
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import (
     GPU_RESOURCE,
@@ -321,6 +322,7 @@ def _keep(value, paths):
     return out
 
 
+@gc_paused
 def verify_inputs(plan, facts_by_host):
     """``(plan, facts_by_host)`` with only what :func:`verify_fleet` reads of them: of each node plan the
     paths of NODE_PLAN_READS, of each GPU in the facts those of GPU_FACT_READS. Inputs of another shape
@@ -358,6 +360,7 @@ def require_fleet_plan(plan, facts_by_host=None):
         raise GpusplitError(errors)
 
 
+@gc_paused
 def verify_fleet(plan, nodes, pods, facts_by_host):
     """The fleet report: one entry per planned node, and the counts of each verdict.
 
