@@ -718,3 +718,60 @@ def test_a_reserved_mig_gpu_has_each_published_mig_device_tainted(ctx, more):
     # back to the inventory without the extra nodes: their rules are pruned
     run_playbook(ctx, "dra.yml", "-e", "gpusplit_dra_driver_install=false")
     assert rules_on(MIGN) == {}
+
+
+def test_many_device_taint_rules_in_one_module_execution(ctx):
+    """device_taint_rule's definitions: three rules created in one step (each reported with effect None first,
+    then tainted), no change on a re-run, nothing changed in check mode, all removed in one step."""
+    from ansible_output import ansible_module
+
+    from lab import components as C
+
+    run_id = uuid.uuid4().hex[:6]
+    names = [f"gsdra-many-{run_id}-gpu-{minor}" for minor in (5, 6, 7)]
+
+    def definition(name, effect="NoSchedule"):
+        return {
+            "apiVersion": RULES,
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": name, "labels": {"gpusplit.io/test": run_id}},
+            "spec": {
+                "deviceSelector": {"driver": DRIVER, "pool": DGX, "device": "gpu-" + name.rsplit("-", 1)[1]},
+                "taint": {"key": "gpusplit.io/test", "effect": effect},
+            },
+        }
+
+    def run(definitions, *options, **extra):
+        args = json.dumps({"definitions": definitions, "kubeconfig": str(C.KUBECONFIG), **extra})
+        return ansible_module(
+            "lab-cp-01", "gpusplit.k8s.device_taint_rule", args, ROOT / "inventory" / "lab", options=options
+        )
+
+    try:
+        made = run([definition(n) for n in names])
+        assert made["changed"] is True
+        assert [r["name"] for r in made["rules"]] == names
+        for result in made["rules"]:
+            assert result["action"] == "created"
+            assert result["first_report"]["effect"] == "None" and result["first_report"]["current"]
+            assert result["first_report"]["impact"]["published_devices"] == 1
+            assert result["report"]["effect"] == "NoSchedule" and result["report"]["current"]
+        for name in names:
+            live = harness.get(RULES, "DeviceTaintRule", name)
+            assert live["spec"]["taint"]["effect"] == "NoSchedule"
+
+        again = run([definition(n) for n in names])
+        assert again["changed"] is False and {r["action"] for r in again["rules"]} == {"unchanged"}
+
+        checked = run([definition(n, "NoExecute") for n in names], "--check")
+        assert checked["changed"] is True and {r["action"] for r in checked["rules"]} == {"updated"}
+        assert {harness.get(RULES, "DeviceTaintRule", n)["spec"]["taint"]["effect"] for n in names} == {
+            "NoSchedule"
+        }
+
+        gone = run([{"metadata": {"name": n}} for n in names], state="absent")
+        assert [r["action"] for r in gone["rules"]] == ["deleted"] * 3
+        assert [harness.get(RULES, "DeviceTaintRule", n) for n in names] == [None] * 3
+    finally:
+        for name in names:
+            harness.delete(RULES, "DeviceTaintRule", name)

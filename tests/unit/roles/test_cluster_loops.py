@@ -28,14 +28,6 @@ ALLOWED = {
         "roles/admission_guard/tasks/guard.yml",
         "Read the namespaces, nodes and workloads",
     ): "a fixed list of kinds",
-    (
-        "roles/gpu_resplit/tasks/holders.yml",
-        "Taint the moving devices of nodes in mode dra, after the controller's None report",
-    ): "one DeviceTaintRule per node whose devices move in this run's re-split (changes only, in batches)",
-    (
-        "roles/gpu_resplit/tasks/holders.yml",
-        "Keep NoExecute on the moving devices of nodes in mode dra until nothing holds them",
-    ): "the same rules, with the re-split's evict policy",
     ("roles/gpu_split_cluster/tasks/cluster.yml", "Keep unmanaged device plugins off split nodes"): (
         "the device-plugin DaemonSets gpusplit does not own, cluster-wide ones"
     ),

@@ -27,6 +27,7 @@ class FakeModule:
     def __init__(self, **params):
         self.params = {
             "definition": None,
+            "definitions": None,
             "name": None,
             "state": "present",
             "wait": True,
@@ -69,6 +70,7 @@ def test_device_taint_rule_module_documents_its_arguments():
     assert doc["module"] == "device_taint_rule"
     assert set(doc["options"]) == {
         "definition",
+        "definitions",
         "name",
         "state",
         "wait",
