@@ -41,6 +41,19 @@ def test_bench_plan_and_render(benchmark, nodes):
     assert objects[0]["kind"] == "Namespace"
 
 
+def test_bench_plan_and_render_10k_collector_running(benchmark):
+    """The same 10k plan + render with the cyclic garbage collector left running (the steps unwrapped from
+    gc_pause): against test_bench_plan_and_render[10k], what pausing the collector saves."""
+    hosts = synthetic_fleet(10_000)
+
+    def unpaused():
+        plan = plan_fleet.__wrapped__(hosts)
+        return plan, render_fleet.__wrapped__(plan, {"namespace": "gpusplit-system"})
+
+    plan, objects = benchmark.pedantic(unpaused, rounds=3, iterations=1)
+    assert plan["summary"]["nodes"] == 10_000 and objects
+
+
 def test_bench_plan_only_10k_nodes(benchmark):
     hosts = synthetic_fleet(10_000)
     plan = benchmark.pedantic(plan_fleet, args=(hosts,), rounds=3, iterations=1)

@@ -167,6 +167,10 @@ def wait_gone(api, names, deadline, clock=Clock):
     return left
 
 
+def _names(requests):
+    return [request[0] for request in requests]
+
+
 def _result(name, action, rule, first_report=None):
     return {
         "changed": action not in ("unchanged", "absent"),
@@ -180,7 +184,7 @@ def _result(name, action, rule, first_report=None):
 
 def _remove(api, requests, opts, check_mode, deadline, clock):
     results = []
-    for name, _ in requests:
+    for name in _names(requests):
         live = api.get(name)
         if live is None:
             results.append(_result(name, "absent", None))
@@ -249,7 +253,7 @@ def run_rules(api, requests, opts, check_mode=False, clock=Clock):
     deadline = clock.now() + opts["wait_timeout"]
     if opts["state"] == "absent":
         return _remove(api, requests, opts, check_mode, deadline, clock)
-    live = {name: api.get(name) for name, _ in requests}
+    live = {name: api.get(name) for name in _names(requests)}
     first = {}
     if opts["report_first"] and not check_mode:
         first = _report_first(api, requests, live, opts, deadline, clock)
@@ -280,9 +284,9 @@ def run_rules(api, requests, opts, check_mode=False, clock=Clock):
                 f"{_rules_were(late)} {actions}, but kube-controller-manager has not {what} within "
                 f"{opts['wait_timeout']}s (does it run the device-taint-eviction controller?)",
                 changed=any(r["changed"] for r in results.values()),
-                rules=[results[name] for name, _ in requests],
+                rules=[results[name] for name in _names(requests)],
             )
-    return [results[name] for name, _ in requests]
+    return [results[name] for name in _names(requests)]
 
 
 class ClusterRules:
