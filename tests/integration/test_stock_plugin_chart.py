@@ -76,6 +76,19 @@ def stock_pods_on_node(kubectl):
     return kubectl.json("get", "pods", "-n", NS, "--field-selector", f"spec.nodeName={NODE}")["items"]
 
 
+def stock_pod_after_rollout(kubectl, timeout=120):
+    """The one stock plugin pod on the node once a helm upgrade's rollout has put it back: the DaemonSet
+    controller deletes the old pod before it creates the new one, so for a moment the node has none."""
+
+    def one_pod():
+        pods = stock_pods_on_node(kubectl)
+        return pods[0] if len(pods) == 1 else None
+
+    return kubectl.wait_for(
+        one_pod, timeout=timeout, what="one stock plugin pod on the node after the rollout"
+    )
+
+
 @pytest.fixture(scope="module")
 def stock(lab, kubectl, core_api, tmp_path_factory):
     from lab import nodes as labnodes
@@ -227,8 +240,8 @@ def test_with_the_values_the_take_over_is_ordered_and_survives_the_sites_helm_up
     real_charts.helm("upgrade", RELEASE, str(stock["chart"]), "-n", NS, "-f", str(values))
     found, managers = terms(kubectl)
     assert all(EXCLUDE in t["matchExpressions"] for t in found) and "gpusplit" not in managers
-    # the node is not labelled split yet: the stock plugin still runs there
-    [pod] = stock_pods_on_node(kubectl)
+    # the node is not labelled split yet: the stock plugin still runs there (once the upgrade's rollout is done)
+    pod = stock_pod_after_rollout(kubectl)
 
     apps_api = client.AppsV1Api(config.new_client_from_config(str(C.KUBECONFIG)))
     since = core_api.list_node(field_selector=f"metadata.name={NODE}").metadata.resource_version
