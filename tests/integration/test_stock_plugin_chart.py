@@ -175,28 +175,40 @@ class Writes:
                 {"namespace": "kube-system", "field_selector": f"metadata.name={SPLIT_DS}"},
             ),
         ]
+        self.sources = sources
+        self.last = dict.fromkeys((source[0] for source in sources), since)
         self.threads = [
-            threading.Thread(target=self._watch, args=(watch, what, fn, kw, since), daemon=True)
+            threading.Thread(target=self._watch, args=(watch, what, fn, kw), daemon=True)
             for what, fn, kw in sources
         ]
         for t in self.threads:
             t.start()
 
-    def _watch(self, watch, what, fn, kwargs, since):
-        rv = since
+    def _stream(self, watch, what, fn, kwargs, timeout):
+        for event in watch.Watch().stream(
+            fn, resource_version=self.last[what], timeout_seconds=timeout, **kwargs
+        ):
+            obj = event["raw_object"]
+            self.last[what] = obj["metadata"]["resourceVersion"]
+            self.events.append((int(self.last[what]), what, event["type"], obj))
+
+    def _watch(self, watch, what, fn, kwargs):
         while not self.stop.is_set():
             try:
-                for event in watch.Watch().stream(fn, resource_version=rv, timeout_seconds=3, **kwargs):
-                    obj = event["raw_object"]
-                    rv = obj["metadata"]["resourceVersion"]
-                    self.events.append((int(rv), what, event["type"], obj))
+                self._stream(watch, what, fn, kwargs, 3)
             except Exception:  # the watch was cut (apiserver restart): go on from the last revision
                 self.stop.wait(1)
 
     def close(self):
+        """Every event up to now: the watchers stop, then each one's events since its last revision are read
+        once more (a stream that ended just before the stop would otherwise miss the last writes)."""
+        from kubernetes import watch
+
         self.stop.set()
         for t in self.threads:
             t.join(timeout=15)
+        for what, fn, kwargs in self.sources:
+            self._stream(watch, what, fn, kwargs, 2)
         return sorted(self.events, key=lambda e: e[0])
 
 
