@@ -136,24 +136,17 @@ def _rules_were(names):
 
 
 def wait_settled(api, rules, wait_eviction, deadline, clock=Clock):
-    """``{name: rule}`` of ``rules`` ({name: rule}) once the controller has reported on each one's present
-    generation (see rule_settled); a rule not settled by ``deadline`` maps to None. The unsettled rules
-    are read again together, once per poll."""
-    done = {name: rule for name, rule in rules.items() if rule_settled(rule, wait_eviction)}
-    pending = {name: rule for name, rule in rules.items() if name not in done}
-    while pending:
-        if clock.now() > deadline:
-            done.update(dict.fromkeys(pending))
-            break
+    """``(latest, late)``: each rule of ``rules`` ({name: rule}) as last read, and the names of those the
+    controller has not reported on (see rule_settled) by ``deadline``, in order. The unsettled rules are
+    read again together, once per poll."""
+    latest = dict(rules)
+    pending = [name for name, rule in rules.items() if not rule_settled(rule, wait_eviction)]
+    while pending and clock.now() <= deadline:
         clock.sleep(POLL_SECONDS)
-        for name in list(pending):
-            rule = api.get(name) or pending[name]
-            if rule_settled(rule, wait_eviction):
-                done[name] = rule
-                del pending[name]
-            else:
-                pending[name] = rule
-    return {name: done[name] for name in rules}
+        for name in pending:
+            latest[name] = api.get(name) or latest[name]
+        pending = [name for name in pending if not rule_settled(latest[name], wait_eviction)]
+    return latest, pending
 
 
 def wait_gone(api, names, deadline, clock=Clock):
@@ -214,8 +207,7 @@ def _report_first(api, requests, live, opts, deadline, clock):
             probes[name] = api.apply(probe, opts["field_manager"], dry_run=False)
     if not probes:
         return {}
-    settled = wait_settled(api, probes, False, deadline, clock)
-    late = [name for name, rule in settled.items() if rule is None]
+    settled, late = wait_settled(api, probes, False, deadline, clock)
     if late:
         effects = sorted({d["spec"]["taint"]["effect"] for n, d in requests if n in late})
         raise RuleWaitError(
@@ -223,7 +215,7 @@ def _report_first(api, requests, live, opts, deadline, clock):
             f"reported within {opts['wait_timeout']}s; effect {', '.join(effects)} was not applied (does it run "
             "the device-taint-eviction controller?)",
             changed=True,
-            rules=[_result(name, "created", settled[name] or probes[name]) for name in probes],
+            rules=[_result(name, "created", settled[name]) for name in probes],
         )
     live.update(settled)
     return {name: rule_report(rule) for name, rule in settled.items()}
@@ -263,17 +255,12 @@ def run_rules(api, requests, opts, check_mode=False, clock=Clock):
         applied[name] = ("created" if name in first else action, rule)
     results = {name: _result(name, action, rule, first.get(name)) for name, (action, rule) in applied.items()}
     if opts["wait"] and not check_mode:
-        settled = wait_settled(
+        settled, late = wait_settled(
             api, {n: r["rule"] for n, r in results.items()}, opts["wait_eviction"], deadline, clock
         )
-        late = [name for name, rule in settled.items() if rule is None]
         for name, rule in settled.items():
-            if rule is not None:
-                results[name].update(rule=rule, report=rule_report(rule))
+            results[name].update(rule=rule, report=rule_report(rule))
         if late:
-            for name in late:
-                rule = api.get(name) or results[name]["rule"]
-                results[name].update(rule=rule, report=rule_report(rule))
             what = (
                 "finished evicting"
                 if all(results[name]["report"]["current"] for name in late)
