@@ -20,19 +20,23 @@ MU = "module_utils/"
 ALLOWED = {
     MU + "_errors": set(),
     MU + "_k8s": {MU + "_errors"},
-    MU + "_gpu": {MU + "_errors"},
+    # the discovery's work (facts.py) reads who holds the GPUs and the host's record in the same call
+    MU + "_gpu": {MU + "_errors", MU + "_host/pod_resources", MU + "_host/host_state"},
     MU + "_host": {MU + "_errors"},
     MU + "_split": {MU + "_errors", MU + "_gpu", MU + "_k8s"},
     MU + "_dra": {MU + "_errors", MU + "_k8s", MU + "_split"},
     MU + "_control_plane": {MU + "_errors", MU + "_k8s", MU + "_host/files"},
     MU + "_diagnose": {MU + "_errors", MU + "_k8s"},
     MU + "_out": {MU + "_errors"},
+    # the lean runner's program: the standard library at import, the error root when it runs
+    MU + "_lean": {MU + "_errors"},
 }
 MODULE_UTILS_PARTS = set(ALLOWED)
 ALLOWED["plugin_utils"] = MODULE_UTILS_PARTS
 ALLOWED["modules"] = MODULE_UTILS_PARTS
-# an action plugin does a module's work on the controller, with the same module_utils function
-ALLOWED["action"] = MODULE_UTILS_PARTS
+# an action plugin does a module's work on the controller, with the same module_utils function, or runs it on
+# the host through plugin_utils/lean_module.py
+ALLOWED["action"] = MODULE_UTILS_PARTS | {"plugin_utils"}
 ALLOWED["filter"] = MODULE_UTILS_PARTS | {"plugin_utils"}
 ALLOWED["doc_fragments"] = set()
 # generated data may be longer
@@ -135,8 +139,10 @@ def module_file(name: str) -> Path | None:
 
 
 def reached_from_modules() -> set[Path]:
-    """Every file the modules import, directly or through other files."""
-    reached, todo = set(), sorted((PLUGINS / "modules").glob("*.py"))
+    """Every file the modules import, directly or through other files, and the lean runner's program
+    (module_utils/_lean/bootstrap.py), which plugin_utils/lean_module.py sends to hosts in place of AnsiballZ."""
+    todo = sorted((PLUGINS / "modules").glob("*.py")) + [PLUGINS / "module_utils" / "_lean" / "bootstrap.py"]
+    reached = set()
     while todo:
         path = todo.pop()
         if path in reached:

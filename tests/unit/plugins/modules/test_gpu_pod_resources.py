@@ -106,9 +106,9 @@ def test_the_documentation_names_every_option_and_return():
 # The discovery module reads the same answer in its own call (option pod_resources_socket), so that a
 # run reaches each host with one module execution; a failure there is returned, never raised.
 def facts_holders(**params):
-    from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts
+    from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import facts
 
-    return nvidia_gpu_facts.read_holders({"pod_resources_timeout": 5.0, **params})
+    return facts.read_holders({"pod_resources_timeout": 5.0, **params})
 
 
 def test_the_discovery_reads_the_same_answer_in_its_own_call(kubelet):

@@ -15,8 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import schema
-from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts as module
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import facts, schema
 
 ROOT = Path(__file__).resolve().parents[5]
 FIXTURES = ROOT / "tests" / "fixtures" / "gpus"
@@ -109,7 +108,7 @@ def gather(name, backend, monkeypatch, **kwargs):
     monkeypatch.setenv(ENV, str(path))
     host_kwargs = {key: kwargs.pop(key) for key in ("nvml", "smi", "run", "files") if key in kwargs}
     host = FakeHost(path, **host_kwargs)
-    return module.gather(params(backend=backend, **kwargs), host), host
+    return facts.gather(params(backend=backend, **kwargs), host), host
 
 
 def by_index(result):
@@ -201,4 +200,4 @@ def gather_refused(how, backend, monkeypatch, tmp_path):
     path = tmp_path / "refused.json"
     path.write_text(json.dumps(data))
     monkeypatch.setenv(ENV, str(path))
-    return data, module.gather(params(backend=backend), FakeHost(path))
+    return data, facts.gather(params(backend=backend), FakeHost(path))

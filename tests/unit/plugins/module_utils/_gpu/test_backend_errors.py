@@ -14,11 +14,12 @@ import sys
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import (
+    facts,
     schema,
     smi_parse,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import smi as gpu_smi
 from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts as module
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._gpu.gpu_fakes import (
@@ -41,7 +42,7 @@ from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._gpu.gpu_f
 @pytest.mark.parametrize("backend", ["auto", "nvml", "nvidia-smi"])
 def test_gpu_nodriver_not_required(backend, monkeypatch):
     result, _ = gather("nodriver.json", backend, monkeypatch)
-    assert result["ansible_facts"] == module._empty_facts()
+    assert result["ansible_facts"] == facts.empty_facts()
     assert result["msg"].startswith("No NVIDIA driver on this host")
     if backend != "nvidia-smi":
         assert "Driver Not Loaded" in result["msg"]
@@ -65,7 +66,7 @@ def test_gpu_library_missing_counts_as_no_driver(monkeypatch, tmp_path):
     path = tmp_path / "nolib.json"
     path.write_text(json.dumps(data))
     monkeypatch.setenv(ENV, str(path))
-    result = module.gather(params(backend="nvml"), FakeHost(path))
+    result = facts.gather(params(backend="nvml"), FakeHost(path))
     assert "NVML Shared Library Not Found" in result["msg"]
 
 
@@ -83,7 +84,7 @@ def test_gpu_real_binding_on_this_host(monkeypatch):
     real = importlib.import_module("pynvml")
     assert not hasattr(real, "FIXTURE_ENV"), "the fake binding shadows nvidia-ml-py here"
     host = FakeHost(FIXTURES / "nodriver.json", nvml=real, smi=None)
-    result = module.gather(params(), host)
+    result = facts.gather(params(), host)
     check_schema(result)
     if result["ansible_facts"]["nvidia_gpus"]:
         assert result["ansible_facts"]["nvidia_gpu_backend"] == "nvml"
@@ -100,7 +101,7 @@ def test_gpu_real_binding_falls_back_to_smi(monkeypatch):
     monkeypatch.delitem(sys.modules, "pynvml", raising=False)
     real = importlib.import_module("pynvml")
     monkeypatch.setenv(ENV, str(FIXTURES / "h200.json"))
-    result = module.gather(params(), FakeHost(FIXTURES / "h200.json", nvml=real))
+    result = facts.gather(params(), FakeHost(FIXTURES / "h200.json", nvml=real))
     check_schema(result)
     if result["ansible_facts"]["nvidia_gpu_backend"] == "nvidia-smi":  # no libnvidia-ml on this machine
         assert result["ansible_facts"]["nvidia_gpus"][0]["name"] == "NVIDIA H200"

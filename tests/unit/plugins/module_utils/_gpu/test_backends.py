@@ -11,13 +11,13 @@ import sys
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import (
+    facts,
     health,
     ids,
     processes,
     schema,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
-from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts as module
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._gpu.gpu_fakes import (
     ALL_FIXTURES,
     BACKENDS,
@@ -246,7 +246,7 @@ def test_gpu_lost_before_a_handle(backend, monkeypatch, tmp_path):
     path = tmp_path / "lost-hidden.json"
     path.write_text(json.dumps(data))
     monkeypatch.setenv(ENV, str(path))
-    result = module.gather(params(backend=backend), FakeHost(path))
+    result = facts.gather(params(backend=backend), FakeHost(path))
     gpus = result["ansible_facts"]["nvidia_gpus"]
     assert len(gpus) == 4
     lost = [gpu for gpu in gpus if gpu["health"]["status"] == "lost"]

@@ -9,10 +9,9 @@ import sys
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import binding
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import binding, facts
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.deadline import GpuTimeout
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import GpuFactsError
-from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts as module
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._gpu.gpu_fakes import (
     FIXTURES,
     ROOT,
@@ -25,7 +24,7 @@ def test_the_default_version_is_the_pinned_one():
     # (read as text: these tests also run under the Pythons before 3.11, which have no tomllib)
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert f'"nvidia-ml-py=={binding.DEFAULT_VERSION}"' in pyproject
-    assert module.ARGUMENT_SPEC["binding_version"]["default"] == binding.DEFAULT_VERSION
+    assert facts.ARGUMENT_SPEC["binding_version"]["default"] == binding.DEFAULT_VERSION
 
 
 def test_pip_runs_as_that_python_with_the_pinned_requirement():
@@ -125,7 +124,7 @@ class InstallingHost(FakeHost):
 
 def gather(host, monkeypatch, **changes):
     monkeypatch.setenv("GPUSPLIT_FAKE_NVML_FIXTURE", host.fixture_path)
-    return module.gather(params(**changes), host)
+    return facts.gather(params(**changes), host)
 
 
 @pytest.mark.parametrize("backend", ["auto", "nvml"])

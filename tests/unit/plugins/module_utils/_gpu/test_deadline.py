@@ -12,7 +12,7 @@ import sys
 import pytest
 from ansible.module_utils.testing import patch_module_args
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import deadline, smi
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import deadline, facts, smi
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import GpuFactsError
 from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts as module
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._gpu.gpu_fakes import (
@@ -178,7 +178,7 @@ def test_fallback_warning_can_be_left_to_the_fleet_summary(monkeypatch):
 def test_query_gpu_missing_a_gpu_is_named_by_bus_id(tmp_path, monkeypatch):
     path = write_fixture(tmp_path, "dgx-h100.json", smi_query_gpu_omits=[DGX_BUS[3]])
     monkeypatch.setenv(ENV, str(path))
-    result = module.gather(params(backend="nvidia-smi"), FakeHost(path))
+    result = facts.gather(params(backend="nvidia-smi"), FakeHost(path))
     assert len(result["ansible_facts"]["nvidia_gpus"]) == 7
     (warning,) = [w for w in result["warnings"] if "different GPU counts" in w]
     assert "nvidia-smi --query-gpu 7, nvidia-smi -L 8, nvidia-smi -q -x 8" in warning
@@ -188,7 +188,7 @@ def test_query_gpu_missing_a_gpu_is_named_by_bus_id(tmp_path, monkeypatch):
 def test_query_gpu_with_only_its_header_is_not_no_gpu(tmp_path, monkeypatch):
     path = write_fixture(tmp_path, "dgx-h100.json", smi_query_gpu_omits="all")
     monkeypatch.setenv(ENV, str(path))
-    result = module.gather(params(backend="nvidia-smi"), FakeHost(path))
+    result = facts.gather(params(backend="nvidia-smi"), FakeHost(path))
     assert result["ansible_facts"]["nvidia_gpus"] == []
     assert result["msg"].startswith(
         "nvidia-smi --query-gpu reports no GPU, but other nvidia-smi outputs list 8: "

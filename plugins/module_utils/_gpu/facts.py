@@ -1,0 +1,315 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""What nvidia_gpu_facts does on a host, as plain functions. Private to the collection.
+
+``execute(params, check_mode)`` is the whole module: the GPUs (NVML, or nvidia-smi), who holds them
+(the kubelet's pod-resources answer), the record gpu_host_files left, the binding's install where asked
+for. It returns the module's result with its ``warnings``; a refusal raises a GpusplitError. Two callers
+run it on the host: the module's ``main`` (AnsibleModule, when the task runs asynchronously) and the lean
+runner of the action plugin of the same name (module_utils/_lean/bootstrap.py), which does not load
+ansible-core's module_utils. Standard library only: managed hosts run Python 3.8 to 3.13.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import binding as gpu_binding
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import deadline
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.processes import annotate_processes
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import (
+    HEALTH_DEGRADED,
+    HEALTH_LOST,
+    HEALTH_OK,
+    GpuFactsError,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import read_state
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.pod_resources import (
+    DEFAULT_TIMEOUT as POD_RESOURCES_TIMEOUT,
+)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.pod_resources import read_pod_resources
+
+ARGUMENT_SPEC = {
+    "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia-smi"]},
+    "required": {"type": "bool", "default": False},
+    "nvidia_smi_path": {"type": "path"},
+    "proc_root": {"type": "path", "default": "/proc"},
+    "sysfs_root": {"type": "path", "default": "/sys"},
+    "timeout": {"type": "float", "default": deadline.DEFAULT_TIMEOUT},
+    "fallback_warning": {"type": "bool", "default": True},
+    "pod_resources_socket": {"type": "path"},
+    "pod_resources": {"type": "bool", "default": True},
+    "pod_resources_timeout": {"type": "float", "default": POD_RESOURCES_TIMEOUT},
+    "host_state_path": {"type": "path"},
+    "install_binding": {"type": "bool", "default": False},
+    "binding_version": {"type": "str", "default": gpu_binding.DEFAULT_VERSION},
+    "break_system_packages": {"type": "bool", "default": False},
+}
+
+
+# where ansible-core's get_bin_path also looks, after PATH
+SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
+
+
+def find_executable(name, path=None):
+    """The first executable file ``name`` in PATH (``path``, or the environment's) and then the sbin
+    folders, as ansible-core's ``get_bin_path`` looks for it; None when there is none."""
+    dirs = [d for d in (os.environ.get("PATH", "") if path is None else path).split(os.pathsep) if d]
+    dirs += [d for d in SBIN_DIRS if d not in dirs]
+    for folder in dirs:
+        candidate = os.path.join(folder, name)
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
+class HostIO:
+    """Everything the module reads from the host, in one place so that tests can replace it."""
+
+    def __init__(self, timeout=deadline.DEFAULT_TIMEOUT, check_mode=False):
+        self.timeout = timeout
+        self.check_mode = check_mode
+
+    def import_nvml(self):
+        return importlib.import_module("pynvml")
+
+    def which(self, name):
+        return find_executable(name)
+
+    def is_executable(self, path):
+        return os.path.isfile(path) and os.access(path, os.X_OK)
+
+    def run(self, argv):
+        """(rc, stdout, stderr) of ``argv``; GpuTimeout when it takes longer than ``timeout``."""
+        return deadline.run_command(argv, self.timeout, env=dict(os.environ, LC_ALL="C"))
+
+    def install_binding(self, version, break_system_packages):
+        """pip-install the NVML binding into this Python; True when pip installed it."""
+        return gpu_binding.install(
+            deadline.run_command,
+            sys.executable,
+            version,
+            break_system_packages,
+        )
+
+    def read_text(self, path):
+        try:
+            with open(path, encoding="utf-8", errors="replace") as handle:
+                return handle.read()
+        except OSError:
+            return None
+
+
+def empty_facts():
+    return {
+        "nvidia_gpus": [],
+        "nvidia_driver_version": None,
+        "nvidia_cuda_driver_version": None,
+        "nvidia_gpu_backend": None,
+    }
+
+
+def _summary(backend, data):
+    gpus = data["gpus"]
+    via = "NVML" if backend == "nvml" else "nvidia-smi"
+    if not gpus and data.get("missing"):
+        return (
+            f"nvidia-smi --query-gpu reports no GPU, but other nvidia-smi outputs list "
+            f"{len(data['missing'])}: {', '.join(data['missing'])} (see the warning)"
+        )
+    if not gpus:
+        driver = f" {data['driver_version']}" if data["driver_version"] else ""
+        return f"The NVIDIA driver{driver} is loaded but reports no GPU (asked through {via})"
+    counts = {}
+    for gpu in gpus:
+        status = gpu["health"]["status"]
+        counts[status] = counts.get(status, 0) + 1
+    order = (HEALTH_OK, HEALTH_DEGRADED, HEALTH_LOST)
+    verdict = ", ".join(f"{counts[status]} {status}" for status in order if counts.get(status))
+    return (
+        f"{len(gpus)} NVIDIA GPU(s) through {via}, driver {data['driver_version']}, "
+        f"CUDA {data['cuda_driver_version']}: {verdict}"
+    )
+
+
+def _no_gpu(params, reason, warnings, binding):
+    if params["required"]:
+        raise GpuFactsError(f"{reason} (required=true)")
+    return {
+        "changed": False,
+        "msg": reason,
+        "ansible_facts": empty_facts(),
+        "warnings": warnings,
+        "nvml_binding": binding,
+    }
+
+
+def _collect_nvml(nvml, timeout):
+    """gpu_nvml.collect in a child process with a deadline (deadline.call_in_child)."""
+    return deadline.call_in_child(
+        lambda progress: gpu_nvml.collect(gpu_nvml.TracedBinding(nvml, progress)),
+        timeout,
+        "NVML (the pynvml binding)",
+    )
+
+
+def _import_binding(params, io, binding):
+    """``import pynvml``; where it fails and ``install_binding`` asks for it, pip-install the binding into
+    this Python first and import it again. Records in ``binding`` what was installed (``installed``, the
+    version) or, in check mode, what would be (``would_install``). Raises ImportError when the binding is
+    still missing (the caller falls back to nvidia-smi), GpuFactsError when pip fails."""
+    try:
+        return io.import_nvml()
+    except ImportError as exc:
+        if not params.get("install_binding"):
+            raise
+        version = params.get("binding_version") or gpu_binding.DEFAULT_VERSION
+        if getattr(io, "check_mode", False):
+            binding["would_install"] = f"{gpu_binding.PACKAGE}=={version}"
+            raise
+        missing = exc
+    # pip's "Successfully installed": the binding was missing and is there now; without it (pip had
+    # nothing to do) the import below still says whether it imports
+    if io.install_binding(version, params.get("break_system_packages", False)):
+        binding["installed"] = version
+    importlib.invalidate_caches()
+    try:
+        return io.import_nvml()
+    except ImportError as exc:
+        raise GpuFactsError(
+            f"gpusplit_install_nvml_binding: pip installed {gpu_binding.PACKAGE}=={version} into {sys.executable}, "
+            f"but the binding still does not import there ({exc}; before the install: {missing}). Check that "
+            "pip installs into that Python's site-packages (a user or target option in pip.conf may send it "
+            "elsewhere)."
+        ) from None
+
+
+def gather(params, io):
+    """The module's work, with the host behind io. Returns the result; raises GpuFactsError to fail."""
+    backend = params["backend"]
+    timeout = deadline.check_timeout(params.get("timeout", deadline.DEFAULT_TIMEOUT))
+    warnings = []
+    no_driver = []
+    data = None
+    used = None
+    binding = {"importable": None, "python": sys.executable, "error": None, "installed": None}
+
+    if backend in ("auto", "nvml"):
+        try:
+            nvml = _import_binding(params, io, binding)
+        except ImportError as exc:
+            binding.update(importable=False, error=str(exc))
+            if backend == "nvml":
+                raise GpuFactsError(
+                    "backend=nvml needs the Python module pynvml (PyPI package nvidia-ml-py) in the Python "
+                    f"that runs this module: {exc}"
+                ) from None
+            if params.get("fallback_warning", True):
+                warnings.append(
+                    f"the NVML binding pynvml (nvidia-ml-py) is not importable ({exc}); using nvidia-smi instead"
+                )
+        else:
+            binding["importable"] = True
+            try:
+                data = _collect_nvml(nvml, timeout)
+                used = "nvml"
+            except gpu_nvml.NvmlInitError as exc:
+                if backend == "nvml" and not exc.no_driver:
+                    raise
+                if backend == "nvml":
+                    return _no_gpu(
+                        params, f"No NVIDIA driver on this host: NVML says {exc}", warnings, binding
+                    )
+                no_driver.append(f"NVML: {exc}")
+                warnings.append(f"NVML is not usable ({exc}); using nvidia-smi instead")
+
+    if data is None:
+        smi = params.get("nvidia_smi_path")
+        if smi:
+            if not io.is_executable(smi):
+                raise GpuFactsError(f"nvidia_smi_path {smi} does not exist or is not executable")
+        else:
+            smi = io.which("nvidia-smi")
+        if not smi:
+            if backend == "nvidia-smi":
+                raise GpuFactsError(
+                    "backend=nvidia-smi but nvidia-smi was not found on PATH; install the NVIDIA driver "
+                    "utilities or set nvidia_smi_path"
+                )
+            no_driver.append("nvidia-smi: not found on PATH")
+            return _no_gpu(
+                params, "No NVIDIA driver on this host: " + "; ".join(no_driver), warnings, binding
+            )
+        # imported here: most hosts read NVML, and every import costs each module execution its compile
+        from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import smi as gpu_smi
+
+        try:
+            data = gpu_smi.collect(io.run, smi, read_text=io.read_text, sysfs_root=params["sysfs_root"])
+            used = "nvidia-smi"
+        except gpu_smi.SmiNoDriver as exc:
+            no_driver.append(f"nvidia-smi: {exc}")
+            return _no_gpu(
+                params, "No NVIDIA driver on this host: " + "; ".join(no_driver), warnings, binding
+            )
+
+    warnings.extend(data["warnings"])
+    annotate_processes(data["gpus"], io.read_text, params["proc_root"])
+    facts = {
+        "nvidia_gpus": data["gpus"],
+        "nvidia_driver_version": data["driver_version"],
+        "nvidia_cuda_driver_version": data["cuda_driver_version"],
+        "nvidia_gpu_backend": used,
+    }
+    msg = _summary(used, data)
+    if not data["gpus"]:
+        result = _no_gpu(params, msg, warnings, binding)
+        result["ansible_facts"].update(
+            nvidia_driver_version=data["driver_version"],
+            nvidia_cuda_driver_version=data["cuda_driver_version"],
+            nvidia_gpu_backend=used,
+        )
+        return result
+    return {
+        "changed": False,
+        "msg": msg,
+        "ansible_facts": facts,
+        "warnings": warnings,
+        "nvml_binding": binding,
+    }
+
+
+def read_holders(params):
+    """The kubelet's pod-resources answer when ``pod_resources_socket`` is set and ``pod_resources`` is
+    not false (None otherwise). A
+    failure is returned, not raised: the GPU facts stand without it (``error``, the reason)."""
+    socket = params.get("pod_resources_socket")
+    if not socket or params.get("pod_resources") is False:
+        return None
+    try:
+        return read_pod_resources(
+            socket_path=socket, timeout=params["pod_resources_timeout"], missing_ok=True
+        )
+    except GpusplitError as exc:
+        return {"available": False, "socket": socket, "pods": [], "holders": [], "error": str(exc)}
+
+
+def execute(params, check_mode=False):
+    """The module's whole work on this host: ``params`` are its options as its argument spec checked them.
+
+    Returns the result with ``changed`` and ``warnings`` (a list of texts); raises a GpusplitError
+    (GpuFactsError, a bad timeout) to refuse."""
+    timeout = deadline.check_timeout(params["timeout"])
+    result = gather(params, HostIO(timeout, check_mode))
+    holders = read_holders(params)
+    if holders is not None:
+        result["pod_resources"] = holders
+    if params.get("host_state_path"):
+        result["host_state"] = read_state(params["host_state_path"])
+    binding = result.get("nvml_binding") or {}
+    # the only change the module makes: the NVML binding, where install_binding asked for it
+    result["changed"] = bool(binding.get("installed") or binding.get("would_install"))
+    return result

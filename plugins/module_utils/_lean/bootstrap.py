@@ -1,0 +1,163 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""The lean runner: a module's work run on a host without ansible-core's module machinery.
+Private to the collection.
+
+An AnsiballZ module execution (ansible-core's payload: its zip of module_utils, its loader and
+``ansible.module_utils.basic``) costs a host about 0.3 s of CPU before the module does anything; Python
+compiles every file of the zip from source, twice, on every execution (docs/performance.md). For the one
+module every GPU host runs on every run, the GPU discovery, that was three quarters of its cost.
+
+This file is the whole program the action plugins of plugin_utils/lean_module.py send to the host's
+Python (on stdin where the connection pipelines, else as a file in the remote temporary folder), with one
+line appended: ``main("<bundle>", "<request>")``. The bundle (JSON, zlib, base64; the same for every
+host, built once per run on the controller) carries:
+
+* ``sources``: the collection's module_utils the work imports (module name -> source), found on the
+  controller; imported from memory by :class:`SourceImporter`, each compiled once, only when imported;
+* ``packages``: which of those names are packages;
+
+and the request (JSON, base64):
+
+* ``entry`` and ``function``: what to call, ``function(params, check_mode=...)``, which returns the
+  module's result with ``warnings`` (a list of texts) or raises a GpusplitError to refuse;
+* ``params``: the options, checked on the controller against the module's argument spec; ``path_options``
+  the ones of type path, expanded here (``~`` and variables are the host's, as in a module).
+
+The result is printed as one JSON object, as a module's; a refusal is ``failed`` with ``msg`` and
+``errors``, any other exception ``failed`` with the traceback in ``exception``.
+
+Standard library only, and only ``sys`` at import: the folder the program runs from (the current one when
+it comes on stdin, the temporary one otherwise) is taken off ``sys.path`` before anything else is
+imported, so that a file there cannot stand in for a standard module. Managed hosts run Python 3.8 to 3.13.
+"""
+
+import sys
+
+PREFIX = "ansible_collections.gpusplit.k8s.plugins.module_utils"
+ORIGIN = "<gpusplit-lean>"
+
+
+def clean_sys_path(script=None):
+    """Take the program's own folder (and the current one) off sys.path."""
+    import os.path
+
+    excluded = {"", "."}
+    if script:
+        excluded.add(os.path.dirname(os.path.realpath(script)))
+    sys.path[:] = [entry for entry in sys.path if entry not in excluded]
+
+
+class SourceImporter:
+    """Finds and loads the modules of ``sources`` (name -> source text) from memory."""
+
+    def __init__(self, sources, packages):
+        self.sources = dict(sources)
+        self.packages = set(packages)
+
+    def filename(self, fullname):
+        tail = "/__init__.py" if fullname in self.packages else ".py"
+        return ORIGIN + "/" + fullname.replace(".", "/") + tail
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname not in self.sources and fullname not in self.packages:
+            return None
+        import importlib.machinery
+
+        return importlib.machinery.ModuleSpec(
+            fullname, self, origin=self.filename(fullname), is_package=fullname in self.packages
+        )
+
+    def create_module(self, spec):
+        return None
+
+    def exec_module(self, module):
+        name = module.__spec__.name
+        module.__file__ = self.filename(name)
+        code = compile(self.sources.get(name, ""), module.__file__, "exec", dont_inherit=True)
+        exec(code, module.__dict__)
+
+    def get_source(self, fullname):
+        """For tracebacks (linecache)."""
+        return self.sources.get(fullname, "")
+
+
+def jsonable(value):
+    """What json cannot write itself: sets and tuples as lists, bytes as text."""
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    raise TypeError(f"{value!r} cannot be written as JSON")
+
+
+def decode(bundle, request):
+    """The request, with the bundle's ``sources`` and ``packages`` added."""
+    import base64
+    import json
+    import zlib
+
+    decoded = json.loads(base64.b64decode(request).decode("utf-8"))
+    decoded.update(json.loads(zlib.decompress(base64.b64decode(bundle)).decode("utf-8")))
+    return decoded
+
+
+def run(request):
+    """The module's result for ``request`` (decoded, with its bundle), its importer installed first."""
+    import importlib
+    import os.path
+    import traceback
+
+    if not any(isinstance(finder, SourceImporter) for finder in sys.meta_path):
+        sys.meta_path.insert(0, SourceImporter(request["sources"], request["packages"]))
+    params = dict(request["params"])
+    for key in request.get("path_options") or ():
+        if isinstance(params.get(key), str):
+            params[key] = os.path.expanduser(os.path.expandvars(params[key]))
+    try:
+        errors = importlib.import_module(PREFIX + "._errors")
+        work = getattr(importlib.import_module(request["entry"]), request["function"])
+        try:
+            result = work(params, check_mode=bool(request.get("check_mode")))
+        except errors.GpusplitError as exc:
+            return {
+                "failed": True,
+                "changed": False,
+                "msg": errors.refusal_text("", exc),
+                "errors": list(exc.errors),
+                "invocation": {"module_args": params},
+            }
+    except Exception as exc:  # a bug: said with its traceback, as a module's would be
+        return {
+            "failed": True,
+            "changed": False,
+            "msg": "The module failed on the host: "
+            + traceback.format_exception_only(type(exc), exc)[-1].strip(),
+            "exception": traceback.format_exc(),
+        }
+    result = dict(result)
+    warnings = [str(text) for text in result.pop("warnings", None) or []]
+    if warnings:
+        result["warnings"] = warnings
+    result.setdefault("changed", False)
+    result["invocation"] = {"module_args": params}
+    return result
+
+
+def main(bundle, request):
+    """Run the request's work and print its result; the exit status is 1 when it failed."""
+    main_module = sys.modules.get("__main__")
+    clean_sys_path(getattr(main_module, "__file__", None))
+    import json
+    import os
+
+    try:
+        os.getcwd()
+    except OSError:  # a folder the become user cannot read: Python needs a readable one
+        os.chdir(os.path.expanduser("~") if os.access(os.path.expanduser("~"), os.R_OK | os.X_OK) else "/")
+    result = run(decode(bundle, request))
+    sys.stdout.write(json.dumps(result, default=jsonable) + "\n")
+    sys.stdout.flush()
+    # the exit status a module's fail_json gives (this program stands in for AnsibleModule, whose exit_json
+    # and fail_json it cannot call)
+    raise SystemExit(1 if result.get("failed") else 0)

@@ -1,0 +1,228 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Action plugins that run a module's work on the host without an AnsiballZ execution. Private.
+
+What a module execution costs a host is mostly not the module's: ansible-core's payload (a zip of
+module_utils that Python compiles from source, twice, on every execution), its loader and
+``ansible.module_utils.basic`` took about 0.27 s of the 0.35 to 0.40 s of CPU the GPU discovery cost each
+host on every run (docs/performance.md, eleventh round). :class:`LeanModuleAction` runs the module's work
+(a function of module_utils, the module's own ``main`` calls the same one) with the host's Python through
+module_utils/_lean/bootstrap.py instead:
+
+1. the task's options are checked on the controller against the module's argument spec (the same
+   validator and the same messages as AnsibleModule's; options of type path are expanded on the host);
+   a bad option fails the task before anything reaches the host;
+2. the interpreter is the module's (``ansible_python_interpreter`` or its discovery, through
+   ``_configure_module``), the environment the task's, become the task's;
+3. the program (the bootstrap, the module_utils the work imports, the options) goes through the
+   connection's stdin where it pipelines, else as a file in the remote temporary folder, which is removed
+   afterwards as a module's is;
+4. its output is read as a module's (``_parse_returned_data``), so a missing interpreter or a crash reads
+   as it would for the module.
+
+An asynchronous task (``async``) runs the module itself: ansible-core's async wrapper needs a module.
+"""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import os
+import zlib
+from pathlib import Path
+
+from ansible import constants as C
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.errors import UnsupportedError
+from ansible.plugins.action import ActionBase
+from ansible.vars.clean import remove_internal_keys
+
+MODULE_UTILS = Path(__file__).resolve().parents[1] / "module_utils"
+PREFIX = "ansible_collections.gpusplit.k8s.plugins.module_utils"
+BOOTSTRAP = MODULE_UTILS / "_lean" / "bootstrap.py"
+# the serialization profile of a module's answer that has no tags (ansible-core's name)
+PROFILE = "legacy"
+
+
+def module_file(name):
+    """The file of module_utils module ``name`` (dotted, under PREFIX) and whether it is a package;
+    (None, False) where there is none."""
+    if name != PREFIX and not name.startswith(PREFIX + "."):
+        return None, False
+    base = MODULE_UTILS.joinpath(*name[len(PREFIX) + 1 :].split(".")) if name != PREFIX else MODULE_UTILS
+    if (base / "__init__.py").is_file():
+        return base / "__init__.py", True
+    if base.is_dir():
+        return None, True
+    path = base.with_suffix(".py")
+    return (path, False) if path.is_file() else (None, False)
+
+
+def imported_names(source):
+    """The collection's module_utils modules that ``source`` imports, anywhere in it (a function's own
+    import too): ``from <module_utils...> import x`` names x where x is a module, else the module itself."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names if alias.name.startswith(PREFIX))
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(PREFIX):
+            for alias in node.names:
+                child = f"{node.module}.{alias.name}"
+                names.add(child if module_file(child) != (None, False) else node.module)
+    return names
+
+
+def module_closure(entry):
+    """``(sources, packages)`` for module ``entry`` of module_utils: every module it imports, directly
+    or not, with its source, and every package above them (empty source where it has no __init__.py)."""
+    sources, packages, todo = {}, set(), [entry]
+    while todo:
+        name = todo.pop()
+        if name in sources:
+            continue
+        path, is_package = module_file(name)
+        if path is None and not is_package:
+            raise ValueError(f"{name}: no such module in the collection's module_utils ({MODULE_UTILS})")
+        sources[name] = path.read_text(encoding="utf-8") if path else ""
+        if is_package:
+            packages.add(name)
+        todo.extend(imported_names(sources[name]) - set(sources))
+        parts = name.split(".")
+        for depth in range(1, len(parts)):
+            parent = ".".join(parts[:depth])
+            packages.add(parent)
+            if parent not in sources:
+                parent_path, _unused = module_file(parent)
+                sources[parent] = parent_path.read_text(encoding="utf-8") if parent_path else ""
+                if parent_path:
+                    todo.extend(imported_names(sources[parent]) - set(sources))
+    return sources, sorted(packages)
+
+
+def bundle(entry):
+    """The module_utils ``entry`` needs on the host, packed for the bootstrap: base64 of zlib of JSON
+    ``{"sources": ..., "packages": ...}``."""
+    sources, packages = module_closure(entry)
+    packed = zlib.compress(json.dumps({"sources": sources, "packages": packages}).encode("utf-8"), 6)
+    return base64.b64encode(packed).decode("ascii")
+
+
+def cached_bundle(entry, folder=None):
+    """:func:`bundle`, kept in ``folder`` (the run's local temporary folder, which ansible-core removes at
+    the end of the run; its AnsiballZ payloads are cached there too) for the other workers of the run:
+    finding and packing the files costs more than the rest of the task's worker."""
+    if not folder:
+        return bundle(entry)
+    path = Path(folder) / "gpusplit_lean" / f"{entry}.b64"
+    try:
+        return path.read_text(encoding="ascii")
+    except FileNotFoundError:
+        pass
+    text = bundle(entry)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}")
+    partial.write_text(text, encoding="ascii")
+    os.replace(partial, path)  # whole or not at all, for a worker reading it at the same time
+    return text
+
+
+def build_program(entry, params, check_mode=False, path_options=(), function="execute", packed=None):
+    """The program for the host's Python: the bootstrap and its call with the bundle (``packed``, or
+    :func:`bundle`'s) and the request."""
+    request = {
+        "entry": entry,
+        "function": function,
+        "params": params,
+        "check_mode": bool(check_mode),
+        "path_options": sorted(path_options),
+    }
+    encoded = base64.b64encode(json.dumps(request).encode("utf-8")).decode("ascii")
+    return BOOTSTRAP.read_text(encoding="utf-8") + f'\n\nmain("{packed or bundle(entry)}", "{encoded}")\n'
+
+
+def check_options(spec, options, module_name):
+    """``(params, None)`` with the options checked and completed by ``spec`` (an AnsibleModule argument
+    spec), or ``(None, message)`` with AnsibleModule's message for the first error. Options of type path
+    are checked as strings: their ``~`` and variables are the host's (the bootstrap expands them)."""
+    host_spec = {
+        key: dict(value, type="str") if value.get("type") == "path" else value for key, value in spec.items()
+    }
+    checked = ArgumentSpecValidator(host_spec).validate(dict(options))
+    if len(checked.errors.errors):  # (the errors object itself is always true)
+        message = checked.errors.msg
+        if isinstance(checked.errors.errors[0], UnsupportedError):
+            message = f"Unsupported parameters for ({module_name}) module: {message}"
+        return None, message
+    return checked.validated_parameters, None
+
+
+def path_options(spec):
+    return [key for key, value in spec.items() if value.get("type") == "path"]
+
+
+class LeanModuleAction(ActionBase):
+    """The action plugin of a module whose work is ``ENTRY``'s ``execute(params, check_mode)``."""
+
+    TRANSFERS_FILES = False
+    _supports_check_mode = True
+    _supports_async = True
+
+    ENTRY = ""  # the module_utils module with execute()
+    ARGUMENT_SPEC: dict = {}
+
+    def run(self, tmp=None, task_vars=None):
+        result = super().run(tmp, task_vars)
+        task_vars = task_vars or {}
+        module_name = self._task.resolved_action or self._task.action
+        if self._task.async_val:
+            wrap_async = self._task.async_val and not self._connection.has_native_async
+            result.update(
+                self._execute_module(module_name=module_name, task_vars=task_vars, wrap_async=wrap_async)
+            )
+            if not wrap_async:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+            return result
+        # named as the task names it, as ansible-core names it to the module
+        params, message = check_options(self.ARGUMENT_SPEC, self._task.args, self._task.action)
+        if message:
+            result.update(failed=True, changed=False, msg=message)
+            return result
+        built, _unused = self._configure_module(module_name=module_name, module_args={}, task_vars=task_vars)
+        program = build_program(
+            self.ENTRY,
+            params,
+            check_mode=self._task.check_mode,
+            path_options=path_options(self.ARGUMENT_SPEC),
+            packed=cached_bundle(self.ENTRY, C.DEFAULT_LOCAL_TMP),
+        )
+        result.update(self._run_program(built.shebang, program.encode("utf-8")))
+        return result
+
+    def _run_program(self, shebang, program):
+        """Run ``program`` with the interpreter of ``shebang`` on the host; its result, read as a module's."""
+        self._used_interpreter = shebang
+        environment = self._compute_environment_string()
+        shell = self._connection._shell
+        if self._is_pipelining_enabled("new"):
+            in_data, script, own_tmp = program, "", False
+        else:
+            own_tmp = shell.tmpdir is None
+            tmpdir = shell.tmpdir or self._make_tmp_path()
+            script = shell.join_path(tmpdir, "gpusplit_lean.py")
+            self._transfer_data(script, program)
+            self._fixup_perms2([tmpdir, script], self._get_remote_user())
+            in_data = None
+        command = shell.build_module_command(environment, shebang, script).strip()
+        try:
+            answer = self._low_level_execute_command(command, sudoable=True, in_data=in_data)
+        finally:
+            if own_tmp:
+                self._remove_tmp_path(shell.tmpdir)
+        data = self._parse_returned_data(answer, PROFILE)
+        remove_internal_keys(data)
+        if self._discovered_interpreter_key:
+            data.setdefault("ansible_facts", {})[self._discovered_interpreter_key] = (
+                self._discovered_interpreter
+            )
+        return data

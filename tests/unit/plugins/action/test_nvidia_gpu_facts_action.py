@@ -1,0 +1,122 @@
+"""The action plugin gpusplit.k8s.nvidia_gpu_facts, run by ansible-playbook: the discovery's work goes to the host
+without an AnsiballZ execution (plugin_utils/lean_module.py), with and without pipelining, and answers as the
+module does (the same task run asynchronously runs the module itself). A bad option fails the task before anything
+reaches the host. No lab: the host is this machine over the local connection, its GPUs the fake NVML binding's."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[4]
+BIN = Path(sys.executable).parent
+FAKES = ROOT / "tests" / "fakes"
+FIXTURE = ROOT / "tests" / "fixtures" / "gpus" / "dgx-h100.json"
+PROC = ROOT / "tests" / "fixtures" / "proc"
+
+ARGS = {"backend": "auto", "proc_root": str(PROC), "nvidia_smi_path": str(FAKES / "bin" / "nvidia-smi")}
+ENVIRONMENT = {"PYTHONPATH": str(FAKES), "GPUSPLIT_FAKE_NVML_FIXTURE": str(FIXTURE)}
+
+
+def play(tasks, results):
+    keep = {
+        "name": "Keep the results",
+        "ansible.builtin.copy": {
+            "content": "{{ {"
+            + ", ".join(f"'{t['register']}': {t['register']}" for t in tasks)
+            + "} | to_json }}",
+            "dest": str(results),
+            "mode": "0644",
+        },
+    }
+    return [{"name": "GPU facts", "hosts": "localhost", "gather_facts": False, "tasks": [*tasks, keep]}]
+
+
+def run_play(tmp_path, tasks, **env):
+    results = tmp_path / "results.json"
+    (tmp_path / "play.yml").write_text(yaml.safe_dump(play(tasks, results)))
+    remote = tmp_path / "remote"
+    remote.mkdir(exist_ok=True)
+    run_env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_REMOTE_TMP=str(remote),
+        **env,
+    )
+    done = subprocess.run(
+        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
+         f"ansible_python_interpreter={sys.executable}", "-vvv", str(tmp_path / "play.yml")],
+        cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
+    return json.loads(results.read_text()), done.stdout, remote
+
+
+def task(register, args=None, **extra):
+    return {
+        "name": register,
+        "gpusplit.k8s.nvidia_gpu_facts": dict(ARGS if args is None else args),
+        "environment": ENVIRONMENT,
+        "register": register,
+        **extra,
+    }
+
+
+def comparable(result):
+    """A task's registered result without what says how it ran (an async job's keys, the stdout of a module)."""
+    drop = {"ansible_job_id", "finished", "results_file", "started", "stdout", "stdout_lines", "stderr",
+            "stderr_lines", "_ansible_no_log"}  # fmt: skip
+    return {key: value for key, value in result.items() if key not in drop}
+
+
+@pytest.mark.parametrize("pipelining", ["1", "0"], ids=["pipelining", "temporary-file"])
+def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(pipelining, tmp_path):
+    tasks = [
+        task("lean"),
+        task("module", async_=None),
+        task("smi", {**ARGS, "backend": "nvidia-smi"}),
+        task("smi_module", {**ARGS, "backend": "nvidia-smi"}, async_=None),
+        task("check", {**ARGS, "install_binding": True}, check_mode=True),
+    ]
+    for item in tasks:  # the same task, asynchronous: the module itself runs (AnsiballZ)
+        if "async_" in item:
+            del item["async_"]
+            item.update({"async": 60, "poll": 1})
+    results, output, remote = run_play(tmp_path, tasks, ANSIBLE_PIPELINING=pipelining)
+    assert results["lean"]["ansible_facts"]["nvidia_gpus"], results["lean"]
+    assert comparable(results["lean"]) == comparable(results["module"])
+    assert comparable(results["smi"]) == comparable(results["smi_module"])
+    assert results["smi"]["ansible_facts"]["nvidia_gpu_backend"] == "nvidia-smi"
+    assert results["check"]["changed"] is False  # the binding imports (the fake one): nothing to install
+    # without pipelining the program is a file in the temporary folder (-vvv shows it put and run); with it, stdin
+    assert ("gpusplit_lean.py" in output) is (pipelining == "0")
+    # the program's temporary folder removed (an asynchronous task's own goes when its job ends, in the background)
+    assert list(remote.rglob("gpusplit_lean.py")) == []
+
+
+def test_a_bad_option_fails_before_anything_reaches_the_host(tmp_path):
+    tasks = [
+        task("bad_choice", {"backend": "dcgm"}, ignore_errors=True),
+        task("unknown", {"bogus": 1}, ignore_errors=True),
+        task("bad_type", {"timeout": "soon"}, ignore_errors=True),
+    ]
+    results, output, remote = run_play(tmp_path, tasks, ANSIBLE_PIPELINING="0", ANSIBLE_KEEP_REMOTE_FILES="1")
+    assert results["bad_choice"]["failed"] is True
+    assert (
+        results["bad_choice"]["msg"] == "value of backend must be one of: auto, nvml, nvidia-smi, got: dcgm"
+    )
+    assert results["unknown"]["msg"].startswith(
+        "Unsupported parameters for (gpusplit.k8s.nvidia_gpu_facts) module: bogus."
+    )
+    assert "timeout" in results["bad_type"]["msg"] and "float" in results["bad_type"]["msg"]
+    # kept temporary files would be there: only the copy task's (the results) reached the host
+    assert "gpusplit_lean.py" not in output
+    kept = [path.name for folder in remote.iterdir() for path in folder.iterdir()]
+    assert not any("nvidia_gpu_facts" in name or "gpusplit_lean" in name for name in kept), kept

@@ -1,0 +1,333 @@
+"""plugin_utils/lean_module.py and module_utils/_lean/bootstrap.py: a module's work run on the host without an
+AnsiballZ execution (the GPU discovery's action plugin).
+
+The program is run as the action plugin runs it, by a real Python in its own process (its source on stdin, or
+as a file), against the fake NVML binding and the stand-in nvidia-smi; its answer is compared with the module's
+own (the module file run as Ansible runs it, with ansible-core's AnsibleModule)."""
+
+from __future__ import annotations
+
+import ast
+import base64
+import json
+import os
+import subprocess
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.testing import patch_module_args
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import facts
+from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts as module
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import lean_module as lean
+
+ROOT = Path(__file__).resolve().parents[4]
+FAKES = ROOT / "tests" / "fakes"
+FIXTURES = ROOT / "tests" / "fixtures" / "gpus"
+PROC = ROOT / "tests" / "fixtures" / "proc"
+ENTRY = lean.PREFIX + "._gpu.facts"
+GPU_FIXTURES = sorted(p.name for p in FIXTURES.glob("*.json") if json.loads(p.read_text())["gpus"])
+
+
+def host_env(fixture="dgx-h100.json", no_binding=None, **extra):
+    """The host's environment: the fixture, the fake NVML binding, nothing of the controller's Python path
+    (the host's Python has no ansible). With ``no_binding`` (a folder), ``import pynvml`` fails there as on a
+    host without the binding, whatever this machine's Python has installed."""
+    env = {key: value for key, value in os.environ.items() if not key.startswith(("PYTHON", "ANSIBLE"))}
+    env["GPUSPLIT_FAKE_NVML_FIXTURE"] = str(FIXTURES / fixture)
+    env["PYTHONPATH"] = str(FAKES)
+    if no_binding:
+        Path(no_binding, "pynvml.py").write_text("raise ImportError(\"No module named 'pynvml'\")\n")
+        env["PYTHONPATH"] = str(no_binding)
+    env.update(extra)
+    return env
+
+
+def run_program(program, env, python=sys.executable, cwd=None, as_file=None):
+    """(exit status, answer) of ``program`` run by ``python``: on stdin, or from the file ``as_file``."""
+    argv = [python, str(as_file)] if as_file else [python, "-"]
+    if as_file:
+        Path(as_file).write_text(program)
+    done = subprocess.run(
+        argv,
+        input=None if as_file else program,
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        timeout=120,
+    )
+    assert done.stdout.strip(), done.stderr
+    return done.returncode, json.loads(done.stdout)
+
+
+def module_answer(args, env):
+    """The module's answer for ``args``: its file run as Ansible runs it, AnsibleModule and all."""
+    argv_file = Path(env["TMPDIR_FOR_ARGS"]) / "args.json"
+    argv_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
+    run_env = dict(env, PYTHONPATH=os.pathsep.join([env.get("PYTHONPATH", ""), *sys.path]))
+    done = subprocess.run(
+        [sys.executable, module.__file__, str(argv_file)],
+        capture_output=True,
+        text=True,
+        env=run_env,
+        timeout=120,
+    )
+    return done.returncode, json.loads(done.stdout)
+
+
+def warning_texts(answer):
+    """A module's warnings are events (ansible-core 2.19); the program's are texts: compare the texts."""
+    texts = []
+    for warning in answer.pop("warnings", []):
+        texts.append(warning if isinstance(warning, str) else warning["event"]["msg"])
+    return texts
+
+
+def lean_answer(args, env, check_mode=False, **kwargs):
+    params, message = lean.check_options(facts.ARGUMENT_SPEC, args, "nvidia_gpu_facts")
+    assert message is None
+    program = lean.build_program(
+        ENTRY, params, check_mode=check_mode, path_options=lean.path_options(facts.ARGUMENT_SPEC)
+    )
+    return run_program(program, env, **kwargs)
+
+
+# --- what goes to the host ----------------------------------------------------------------------------------
+
+
+def test_the_bundle_has_every_module_the_work_imports_the_lazy_ones_too():
+    sources, packages = lean.module_closure(ENTRY)
+    # what the work imports, asked of a Python that imports it (the nvidia-smi reader only where it is used)
+    probe = (
+        "import sys; from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import facts, smi; "
+        "print('\\n'.join(name for name in sys.modules if name.startswith('ansible_collections.gpusplit')))"
+    )
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, env=env)
+    imported = set(done.stdout.split())
+    assert imported and imported <= set(sources), imported - set(sources)
+    assert lean.PREFIX + "._gpu.smi_parse" in sources  # imported only by smi, inside the lazy import
+    assert {"ansible_collections", lean.PREFIX, lean.PREFIX + "._gpu", lean.PREFIX + "._host"} <= set(
+        packages
+    )
+    # the collection's own files only, nothing else of ansible (the host's Python has no ansible)
+    assert all(
+        name.startswith("ansible_collections.gpusplit") or name == "ansible_collections" for name in sources
+    )
+
+
+def test_nothing_the_work_runs_on_the_host_imports_ansible_core():
+    # The lean runner carries only the collection's module_utils: an import of ansible.module_utils in any of
+    # them would fail on the host. Said here with the file and the line, before a host says it.
+    sources, _packages = lean.module_closure(ENTRY)
+    found = []
+    for name, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            found += [
+                f"{name}:{node.lineno}: {n}" for n in names if n == "ansible" or n.startswith("ansible.")
+            ]
+    assert found == []
+
+
+def test_imported_names_tells_a_module_from_a_name_in_it():
+    source = (
+        f"from {lean.PREFIX}._gpu import binding as gpu_binding\n"
+        f"from {lean.PREFIX}._gpu.schema import GpuFactsError, HEALTH_OK\n"
+        f"import {lean.PREFIX}._errors\n"
+        "from . import sibling\n"
+        "import json\n"
+        "def later():\n"
+        f"    from {lean.PREFIX}._gpu import smi\n"
+    )
+    assert lean.imported_names(source) == {
+        lean.PREFIX + "._gpu.binding",
+        lean.PREFIX + "._gpu.schema",
+        lean.PREFIX + "._errors",
+        lean.PREFIX + "._gpu.smi",
+    }
+
+
+def test_a_module_that_is_not_there_is_refused_on_the_controller():
+    with pytest.raises(ValueError, match=r"_gpu\.nothing: no such module in the collection's module_utils"):
+        lean.module_closure(lean.PREFIX + "._gpu.nothing")
+
+
+def test_the_bundle_is_built_once_per_run_and_shared(tmp_path):
+    first = lean.cached_bundle(ENTRY, tmp_path)
+    cached = tmp_path / "gpusplit_lean" / f"{ENTRY}.b64"
+    assert cached.read_text() == first == lean.bundle(ENTRY)
+    cached.write_text("dGhlIGNhY2hlZCBvbmU=")  # what another worker of the run wrote is what is used
+    assert lean.cached_bundle(ENTRY, tmp_path) == "dGhlIGNhY2hlZCBvbmU="
+    unpacked = json.loads(zlib.decompress(base64.b64decode(first)))
+    assert unpacked["sources"][ENTRY] == (ROOT / "plugins" / "module_utils" / "_gpu" / "facts.py").read_text()
+
+
+# --- the options, checked on the controller --------------------------------------------------------------------
+
+
+BAD_OPTIONS = [
+    {"backend": "dcgm"},
+    {"bogus": 1},
+    {"bogus": 1, "backend": "dcgm"},
+    {"timeout": "soon"},
+    {"required": "maybe"},
+    {"pod_resources_timeout": [1]},
+]
+
+
+@pytest.mark.parametrize("options", BAD_OPTIONS, ids=lambda options: ",".join(options))
+def test_a_bad_option_gets_the_modules_own_message(options, capsys):
+    # the name is the task's action, as ansible-core gives it to the module
+    params, message = lean.check_options(facts.ARGUMENT_SPEC, options, "gpusplit.k8s.nvidia_gpu_facts")
+    assert params is None
+    with (
+        patch_module_args({**options, "_ansible_module_name": "gpusplit.k8s.nvidia_gpu_facts"}),
+        pytest.raises(SystemExit),
+    ):
+        module.main()
+    said = json.loads(capsys.readouterr().out)
+    assert said["failed"] is True and message == said["msg"]
+
+
+def test_checked_options_are_completed_and_paths_left_to_the_host():
+    params, message = lean.check_options(
+        facts.ARGUMENT_SPEC, {"proc_root": "~/proc", "required": "yes", "timeout": "3"}, "nvidia_gpu_facts"
+    )
+    assert message is None
+    assert params["proc_root"] == "~/proc"  # the host's home, not the controller's
+    assert params["required"] is True and params["timeout"] == 3.0
+    assert params["backend"] == "auto" and params["sysfs_root"] == "/sys"
+    assert set(params) == set(facts.ARGUMENT_SPEC)
+    assert "proc_root" in lean.path_options(facts.ARGUMENT_SPEC)
+    assert "backend" not in lean.path_options(facts.ARGUMENT_SPEC)
+
+
+# --- the program on the host, against the module ------------------------------------------------------------------
+
+
+CASES = [pytest.param(name, "nvml", id=f"{name}-nvml") for name in GPU_FIXTURES] + [
+    pytest.param(name, "nvidia-smi", id=f"{name}-nvidia-smi") for name in GPU_FIXTURES[:3]
+]
+
+
+@pytest.mark.parametrize(("fixture", "backend"), CASES)
+def test_the_program_answers_as_the_module(fixture, backend, tmp_path):
+    args = {"backend": backend, "nvidia_smi_path": str(FAKES / "bin" / "nvidia-smi"), "proc_root": str(PROC)}
+    env = host_env(fixture, TMPDIR_FOR_ARGS=str(tmp_path))
+    rc, answer = lean_answer(args, env)
+    module_rc, expected = module_answer(args, env)
+    assert (rc, warning_texts(answer)) == (module_rc, warning_texts(expected))
+    assert answer["ansible_facts"]["nvidia_gpus"], answer
+    assert answer == expected
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ({"backend": "nvml"}, "backend=nvml needs the Python module pynvml"),
+        ({"backend": "nvidia-smi"}, "backend=nvidia-smi but nvidia-smi was not found on PATH"),
+        ({"timeout": -1}, "timeout"),
+    ],
+    ids=["nvml-missing", "nvidia-smi-missing", "bad-timeout"],
+)
+def test_a_refusal_is_the_modules_refusal(args, said, tmp_path):
+    env = host_env(no_binding=tmp_path, TMPDIR_FOR_ARGS=str(tmp_path), PATH="/nonexistent")
+    rc, answer = lean_answer(args, env)
+    module_rc, expected = module_answer(args, env)
+    assert rc == module_rc == 1
+    assert answer["failed"] is True and answer["msg"] == expected["msg"]
+    assert answer["errors"] == expected["errors"] == [expected["msg"]]
+    assert said in answer["msg"]
+
+
+def test_check_mode_reaches_the_work(tmp_path):
+    # install_binding where the binding is missing: in check mode, said and not done (pip is not run)
+    args = {"install_binding": True, "nvidia_smi_path": str(FAKES / "bin" / "nvidia-smi")}
+    env = host_env(no_binding=tmp_path)
+    rc, answer = lean_answer(args, env, check_mode=True)
+    assert rc == 0 and answer["changed"] is True
+    assert answer["nvml_binding"]["would_install"].startswith("nvidia-ml-py==")
+    assert answer["nvml_binding"]["installed"] is None
+
+
+def test_paths_are_expanded_with_the_hosts_home(tmp_path):
+    home = tmp_path / "home"
+    (home / "proc").mkdir(parents=True)
+    rc, answer = lean_answer(
+        {"proc_root": "~/proc", "nvidia_smi_path": str(FAKES / "bin" / "nvidia-smi")},
+        host_env(HOME=str(home)),
+    )
+    assert rc == 0
+    assert answer["invocation"]["module_args"]["proc_root"] == str(home / "proc")
+
+
+def test_a_file_in_the_programs_folder_cannot_stand_in_for_a_standard_module(tmp_path):
+    # the current folder (program on stdin) and the program's own folder (as a file) are off sys.path
+    for name in ("json", "zlib", "base64", "importlib"):
+        (tmp_path / f"{name}.py").write_text(
+            "raise SystemExit('the folder of the program was imported from')\n"
+        )
+    args = {"nvidia_smi_path": str(FAKES / "bin" / "nvidia-smi")}
+    rc, answer = lean_answer(args, host_env(), cwd=tmp_path)
+    assert rc == 0 and answer["ansible_facts"]["nvidia_gpus"]
+    rc, answer = lean_answer(args, host_env(), as_file=tmp_path / "gpusplit_lean.py")
+    assert rc == 0 and answer["ansible_facts"]["nvidia_gpus"]
+
+
+def test_a_crash_is_failed_with_its_traceback_and_source_lines():
+    boom = lean.PREFIX + "._boom"
+    sources = {
+        "ansible_collections": "",
+        "ansible_collections.gpusplit": "",
+        "ansible_collections.gpusplit.k8s": "",
+        "ansible_collections.gpusplit.k8s.plugins": "",
+        lean.PREFIX: "",
+        lean.PREFIX + "._errors": (ROOT / "plugins" / "module_utils" / "_errors.py").read_text(),
+        boom: "def execute(params, check_mode=False):\n    return {'x': 1}['the missing key']\n",
+    }
+    packages = [name for name in sources if name not in (boom, lean.PREFIX + "._errors")]
+    packed = base64.b64encode(
+        zlib.compress(json.dumps({"sources": sources, "packages": packages}).encode())
+    ).decode()
+    program = lean.build_program(boom, {}, packed=packed)
+    rc, answer = run_program(program, host_env())
+    assert rc == 1 and answer["failed"] is True
+    assert answer["msg"] == "The module failed on the host: KeyError: 'the missing key'"
+    assert "return {'x': 1}['the missing key']" in answer["exception"]
+    assert "_boom.py" in answer["exception"]
+
+
+OLDER = []
+try:
+    from ansible_collections.gpusplit.k8s.tests.unit.plugins.modules.test_managed_host_pythons import FOUND
+
+    OLDER = [pytest.param(FOUND[minor][0], id=f"python{minor[0]}.{minor[1]}") for minor in sorted(FOUND)]
+except ImportError:  # pragma: no cover
+    pass
+
+
+@pytest.mark.parametrize(
+    "python", OLDER or [pytest.param(None, marks=pytest.mark.skip(reason="no Python 3.8-3.10 here"))]
+)
+def test_the_program_runs_on_an_older_host_python(python, tmp_path):
+    args = {
+        "nvidia_smi_path": str(FAKES / "bin" / "nvidia-smi"),
+        "backend": "nvidia-smi",
+        "proc_root": str(PROC),
+    }
+    env = host_env(TMPDIR_FOR_ARGS=str(tmp_path))
+    rc, answer = lean_answer(args, env, python=python)
+    _module_rc, expected = module_answer(args, env)
+    assert rc == 0
+    assert warning_texts(answer) == warning_texts(expected)
+    assert answer["nvml_binding"].pop("python") == python  # the host's Python, where the module's is this one
+    expected["nvml_binding"].pop("python")
+    assert answer == expected
