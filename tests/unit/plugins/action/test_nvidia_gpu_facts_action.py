@@ -83,8 +83,15 @@ def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(pipelinin
         task("module", async_=None),
         task("smi", {**ARGS, "backend": "nvidia-smi"}),
         task("smi_module", {**ARGS, "backend": "nvidia-smi"}, async_=None),
+        # the binding missing and its install asked for, in check mode: said, not done
         task("check", {**ARGS, "install_binding": True}, check_mode=True),
+        task("check_module", {**ARGS, "install_binding": True}, check_mode=True, async_=None),
     ]
+    blocker = tmp_path / "no-binding"
+    blocker.mkdir()
+    (blocker / "pynvml.py").write_text("raise ImportError(\"No module named 'pynvml'\")\n")
+    for item in tasks[-2:]:
+        item["environment"] = {**ENVIRONMENT, "PYTHONPATH": str(blocker)}
     for item in tasks:  # the same task, asynchronous: the module itself runs (AnsiballZ)
         if "async_" in item:
             del item["async_"]
@@ -94,7 +101,9 @@ def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(pipelinin
     assert comparable(results["lean"]) == comparable(results["module"])
     assert comparable(results["smi"]) == comparable(results["smi_module"])
     assert results["smi"]["ansible_facts"]["nvidia_gpu_backend"] == "nvidia-smi"
-    assert results["check"]["changed"] is False  # the binding imports (the fake one): nothing to install
+    assert results["check"]["changed"] is True
+    assert results["check"]["nvml_binding"]["would_install"].startswith("nvidia-ml-py==")
+    assert comparable(results["check"]) == comparable(results["check_module"])
     # without pipelining the program is a file in the temporary folder (-vvv shows it put and run); with it, stdin
     assert ("gpusplit_lean.py" in output) is (pipelining == "0")
     # the program's temporary folder removed (an asynchronous task's own goes when its job ends, in the background)
