@@ -2,36 +2,25 @@
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.modules import fleet_verify
+from ansible_collections.gpusplit.k8s.tests.unit.module_run import run_module_file
 
 ROOT = Path(__file__).resolve().parents[4]
 
 
 def run_module(args, tmp_path):
     """The module's result, run the way Ansible runs it (its own process, arguments from a file)."""
-    path = tmp_path / "args.json"
-    path.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     env = {
         **os.environ,
         "PYTHONPATH": os.environ["ANSIBLE_COLLECTIONS_PATH"],
         "KUBECONFIG": str(tmp_path / "none"),
     }
-    proc = subprocess.run(
-        [sys.executable, fleet_verify.__file__, str(path)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
-    return json.loads(proc.stdout)
+    return run_module_file(fleet_verify.__file__, args, tmp_path, env, timeout=60)[1]
 
 
 def node_plan(host, mode, **fields):

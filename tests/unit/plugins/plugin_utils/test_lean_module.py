@@ -22,6 +22,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import facts
 from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts as module
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import lean_module as lean
+from ansible_collections.gpusplit.k8s.tests.unit.module_run import run_module_file
 
 ROOT = Path(__file__).resolve().parents[4]
 FAKES = ROOT / "tests" / "fakes"
@@ -65,17 +66,8 @@ def run_program(program, env, python=sys.executable, cwd=None, as_file=None):
 
 def module_answer(args, env):
     """The module's answer for ``args``: its file run as Ansible runs it, AnsibleModule and all."""
-    argv_file = Path(env["TMPDIR_FOR_ARGS"]) / "args.json"
-    argv_file.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": args}))
     run_env = dict(env, PYTHONPATH=os.pathsep.join([env.get("PYTHONPATH", ""), *sys.path]))
-    done = subprocess.run(
-        [sys.executable, module.__file__, str(argv_file)],
-        capture_output=True,
-        text=True,
-        env=run_env,
-        timeout=120,
-    )
-    return done.returncode, json.loads(done.stdout)
+    return run_module_file(module.__file__, args, env["TMPDIR_FOR_ARGS"], run_env)
 
 
 def warning_texts(answer):

@@ -8,7 +8,6 @@ import importlib.util
 import json
 import os
 import re
-import subprocess
 import sys
 
 import pytest
@@ -22,6 +21,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import (
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import smi as gpu_smi
 from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts as module
+from ansible_collections.gpusplit.k8s.tests.unit.module_run import run_module_file
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._gpu.gpu_fakes import (
     ENV,
     FAKE_SMI,
@@ -358,18 +358,13 @@ def test_gpu_module_fails_with_message(monkeypatch, capsys):
 def test_gpu_module_warnings_reach_the_result(tmp_path):
     # Run as Ansible runs a module: its own process (in-process, once controller code such as a
     # filter plugin has been imported, ansible-core routes warnings elsewhere).
-    args = tmp_path / "args.json"
-    args.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": {}}))
     env = {
         **os.environ,
         ENV: str(FIXTURES / "nodriver.json"),
         "PATH": "/nonexistent",
         "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "fakes"), *sys.path]),
     }
-    proc = subprocess.run(
-        [sys.executable, module.__file__, str(args)], capture_output=True, text=True, env=env, timeout=60
-    )
-    result = json.loads(proc.stdout)
-    assert proc.returncode == 0 and result["ansible_facts"]["nvidia_gpus"] == []
+    rc, result = run_module_file(module.__file__, {}, tmp_path, env, timeout=60)
+    assert rc == 0 and result["ansible_facts"]["nvidia_gpus"] == []
     # ansible-core 2.19 ships warnings to the controller as structured events; the text is inside.
     assert "using nvidia-smi instead" in json.dumps(result["warnings"])
