@@ -59,14 +59,32 @@ def module_file(name):
     return (path, False) if path.is_file() else (None, False)
 
 
-def imported_names(source):
-    """The collection's module_utils modules that ``source`` imports, anywhere in it (a function's own
-    import too): ``from <module_utils...> import x`` names x where x is a module, else the module itself."""
+def imported_names(source, name="<source>"):
+    """The collection's module_utils modules that ``source`` (module ``name``) imports, anywhere in it (a
+    function's own import too): ``from <module_utils...> import x`` names x where x is a module, else the module
+    itself. ValueError for what the program could not carry: a relative import, or anything of ansible-core
+    (the host's Python has no ansible)."""
     names = set()
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names if alias.name.startswith(PREFIX))
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith(PREFIX):
+            imported = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                raise ValueError(
+                    f"{name}:{node.lineno}: a relative import; the lean runner carries absolute ones"
+                )
+            imported = [node.module or ""]
+        else:
+            continue
+        for module in imported:
+            if module == "ansible" or module.startswith("ansible."):
+                raise ValueError(
+                    f"{name}:{node.lineno}: imports {module}, which a host's Python does not have; the lean runner"
+                    " carries the collection's module_utils only"
+                )
+        if isinstance(node, ast.Import):
+            names.update(module for module in imported if module.startswith(PREFIX))
+        elif (node.module or "").startswith(PREFIX):
             for alias in node.names:
                 child = f"{node.module}.{alias.name}"
                 names.add(child if module_file(child) != (None, False) else node.module)
@@ -87,7 +105,7 @@ def module_closure(entry):
         sources[name] = path.read_text(encoding="utf-8") if path else ""
         if is_package:
             packages.add(name)
-        todo.extend(imported_names(sources[name]) - set(sources))
+        todo.extend(imported_names(sources[name], name) - set(sources))
         parts = name.split(".")
         for depth in range(1, len(parts)):
             parent = ".".join(parts[:depth])
@@ -96,7 +114,7 @@ def module_closure(entry):
                 parent_path, _unused = module_file(parent)
                 sources[parent] = parent_path.read_text(encoding="utf-8") if parent_path else ""
                 if parent_path:
-                    todo.extend(imported_names(sources[parent]) - set(sources))
+                    todo.extend(imported_names(sources[parent], parent) - set(sources))
     return sources, sorted(packages)
 
 
@@ -120,10 +138,13 @@ def cached_bundle(entry, folder=None):
     except FileNotFoundError:
         pass
     text = bundle(entry)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}")
-    partial.write_text(text, encoding="ascii")
-    os.replace(partial, path)  # whole or not at all, for a worker reading it at the same time
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f".{path.name}.{os.getpid()}")
+        partial.write_text(text, encoding="ascii")
+        os.replace(partial, path)  # whole or not at all, for a worker reading it at the same time
+    except OSError:  # not kept for the other workers: each builds its own
+        pass
     return text
 
 
@@ -141,10 +162,22 @@ def build_program(entry, params, check_mode=False, path_options=(), function="ex
     return BOOTSTRAP.read_text(encoding="utf-8") + f'\n\nmain("{packed or bundle(entry)}", "{encoded}")\n'
 
 
+# what AnsibleModule does with an option beyond checking it, which check_options does not: masking a
+# secret's value (no_log), warning of an alias or a removal
+NOT_CARRIED = ("no_log", "aliases", "deprecated_aliases", "removed_in_version", "removed_at_date")
+
+
 def check_options(spec, options, module_name):
     """``(params, None)`` with the options checked and completed by ``spec`` (an AnsibleModule argument
     spec), or ``(None, message)`` with AnsibleModule's message for the first error. Options of type path
-    are checked as strings: their ``~`` and variables are the host's (the bootstrap expands them)."""
+    are checked as strings: their ``~`` and variables are the host's (the bootstrap expands them).
+    ValueError for a spec with what only AnsibleModule carries out (NOT_CARRIED): such a module is not for
+    the lean runner."""
+    unsupported = sorted(
+        f"{key}.{what}" for key, value in spec.items() for what in NOT_CARRIED if value.get(what)
+    )
+    if unsupported:
+        raise ValueError(f"{module_name}: the lean runner does not carry out {', '.join(unsupported)}")
     host_spec = {
         key: dict(value, type="str") if value.get("type") == "path" else value for key, value in spec.items()
     }
@@ -174,17 +207,15 @@ class LeanModuleAction(ActionBase):
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
-        module_name = self._task.resolved_action or self._task.action
+        module_name = self._task.action  # as _execute_module names it (the messages, the module's search)
         if self._task.async_val:
             wrap_async = self._task.async_val and not self._connection.has_native_async
-            result.update(
-                self._execute_module(module_name=module_name, task_vars=task_vars, wrap_async=wrap_async)
-            )
+            result.update(self._execute_module(task_vars=task_vars, wrap_async=wrap_async))
             if not wrap_async:
                 self._remove_tmp_path(self._connection._shell.tmpdir)
             return result
         # named as the task names it, as ansible-core names it to the module
-        params, message = check_options(self.ARGUMENT_SPEC, self._task.args, self._task.action)
+        params, message = check_options(self.ARGUMENT_SPEC, self._task.args, module_name)
         if message:
             result.update(failed=True, changed=False, msg=message)
             return result
@@ -214,15 +245,13 @@ class LeanModuleAction(ActionBase):
             self._fixup_perms2([tmpdir, script], self._get_remote_user())
             in_data = None
         command = shell.build_module_command(environment, shebang, script).strip()
-        try:
-            answer = self._low_level_execute_command(command, sudoable=True, in_data=in_data)
-        finally:
-            if own_tmp:
-                self._remove_tmp_path(shell.tmpdir)
+        answer = self._low_level_execute_command(command, sudoable=True, in_data=in_data)
+        if own_tmp:  # (where the command raised, the task's cleanup removes it, as for a module)
+            self._remove_tmp_path(shell.tmpdir)
         data = self._parse_returned_data(answer, PROFILE)
         remove_internal_keys(data)
         if self._discovered_interpreter_key:
-            data.setdefault("ansible_facts", {})[self._discovered_interpreter_key] = (
-                self._discovered_interpreter
-            )
+            if data.get("ansible_facts") is None:
+                data["ansible_facts"] = {}
+            data["ansible_facts"][self._discovered_interpreter_key] = self._discovered_interpreter
         return data

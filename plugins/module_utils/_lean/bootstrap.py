@@ -102,11 +102,23 @@ def decode(bundle, request):
     return decoded
 
 
+def crashed(exc):
+    """The answer for an exception that is not a refusal: a bug, said with its traceback as a module's is."""
+    import traceback
+
+    return {
+        "failed": True,
+        "changed": False,
+        "msg": "The module failed on the host: "
+        + traceback.format_exception_only(type(exc), exc)[-1].strip(),
+        "exception": traceback.format_exc(),
+    }
+
+
 def run(request):
     """The module's result for ``request`` (decoded, with its bundle), its importer installed first."""
     import importlib
     import os.path
-    import traceback
 
     if not any(isinstance(finder, SourceImporter) for finder in sys.meta_path):
         sys.meta_path.insert(0, SourceImporter(request["sources"], request["packages"]))
@@ -118,7 +130,7 @@ def run(request):
         errors = importlib.import_module(PREFIX + "._errors")
         work = getattr(importlib.import_module(request["entry"]), request["function"])
         try:
-            result = work(params, check_mode=bool(request.get("check_mode")))
+            result = dict(work(params, check_mode=bool(request.get("check_mode"))))
         except errors.GpusplitError as exc:
             return {
                 "failed": True,
@@ -127,16 +139,12 @@ def run(request):
                 "errors": list(exc.errors),
                 "invocation": {"module_args": params},
             }
-    except Exception as exc:  # a bug: said with its traceback, as a module's would be
-        return {
-            "failed": True,
-            "changed": False,
-            "msg": "The module failed on the host: "
-            + traceback.format_exception_only(type(exc), exc)[-1].strip(),
-            "exception": traceback.format_exc(),
-        }
-    result = dict(result)
-    warnings = [str(text) for text in result.pop("warnings", None) or []]
+        warnings = []
+        for text in result.pop("warnings", None) or []:
+            if str(text) not in warnings:  # each warning once, as AnsibleModule.warn keeps them
+                warnings.append(str(text))
+    except Exception as exc:
+        return crashed(exc)
     if warnings:
         result["warnings"] = warnings
     result.setdefault("changed", False)
@@ -144,19 +152,34 @@ def run(request):
     return result
 
 
+def readable_cwd():
+    """Stay in the current folder where it can be read, else go home, else to /: Python and the work need a
+    folder they can read (a become user may start in one it cannot)."""
+    import os
+
+    try:
+        if os.access(os.getcwd(), os.R_OK | os.X_OK):
+            return
+    except OSError:  # the folder was removed
+        pass
+    home = os.path.expanduser("~")
+    os.chdir(home if os.access(home, os.R_OK | os.X_OK) else "/")
+
+
 def main(bundle, request):
     """Run the request's work and print its result; the exit status is 1 when it failed."""
     main_module = sys.modules.get("__main__")
     clean_sys_path(getattr(main_module, "__file__", None))
     import json
-    import os
 
-    try:
-        os.getcwd()
-    except OSError:  # a folder the become user cannot read: Python needs a readable one
-        os.chdir(os.path.expanduser("~") if os.access(os.path.expanduser("~"), os.R_OK | os.X_OK) else "/")
+    readable_cwd()
     result = run(decode(bundle, request))
-    sys.stdout.write(json.dumps(result, default=jsonable) + "\n")
+    try:
+        text = json.dumps(result, default=jsonable)
+    except Exception as exc:  # the work returned what JSON cannot hold: still an answer, not silence
+        result = crashed(exc)
+        text = json.dumps(result)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
     # the exit status a module's fail_json gives (this program stands in for AnsibleModule, whose exit_json
     # and fail_json it cannot call)

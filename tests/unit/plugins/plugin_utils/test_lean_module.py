@@ -11,6 +11,7 @@ import ast
 import base64
 import json
 import os
+import re
 import subprocess
 import sys
 import zlib
@@ -134,7 +135,6 @@ def test_imported_names_tells_a_module_from_a_name_in_it():
         f"from {lean.PREFIX}._gpu import binding as gpu_binding\n"
         f"from {lean.PREFIX}._gpu.schema import GpuFactsError, HEALTH_OK\n"
         f"import {lean.PREFIX}._errors\n"
-        "from . import sibling\n"
         "import json\n"
         "def later():\n"
         f"    from {lean.PREFIX}._gpu import smi\n"
@@ -275,26 +275,15 @@ def test_a_file_in_the_programs_folder_cannot_stand_in_for_a_standard_module(tmp
 
 
 def test_a_crash_is_failed_with_its_traceback_and_source_lines():
-    boom = lean.PREFIX + "._boom"
-    sources = {
-        "ansible_collections": "",
-        "ansible_collections.gpusplit": "",
-        "ansible_collections.gpusplit.k8s": "",
-        "ansible_collections.gpusplit.k8s.plugins": "",
-        lean.PREFIX: "",
-        lean.PREFIX + "._errors": (ROOT / "plugins" / "module_utils" / "_errors.py").read_text(),
-        boom: "def execute(params, check_mode=False):\n    return {'x': 1}['the missing key']\n",
-    }
-    packages = [name for name in sources if name not in (boom, lean.PREFIX + "._errors")]
-    packed = base64.b64encode(
-        zlib.compress(json.dumps({"sources": sources, "packages": packages}).encode())
-    ).decode()
+    boom, packed = own_bundle(
+        "def execute(params, check_mode=False):\n    return {'x': 1}['the missing key']\n"
+    )
     program = lean.build_program(boom, {}, packed=packed)
     rc, answer = run_program(program, host_env())
     assert rc == 1 and answer["failed"] is True
     assert answer["msg"] == "The module failed on the host: KeyError: 'the missing key'"
     assert "return {'x': 1}['the missing key']" in answer["exception"]
-    assert "_boom.py" in answer["exception"]
+    assert "_work.py" in answer["exception"]
 
 
 OLDER = []
@@ -323,3 +312,61 @@ def test_the_program_runs_on_an_older_host_python(python, tmp_path):
     assert answer["nvml_binding"].pop("python") == python  # the host's Python, where the module's is this one
     expected["nvml_binding"].pop("python")
     assert answer == expected
+
+
+@pytest.mark.parametrize(
+    ("source", "said"),
+    [
+        ("from . import sibling\n", "x.py:1: a relative import"),
+        (
+            "def f():\n    from ansible.module_utils.basic import AnsibleModule\n",
+            "x.py:2: imports ansible.module_utils.basic",
+        ),
+        ("import ansible\n", "x.py:1: imports ansible,"),
+    ],
+    ids=["relative", "ansible-core-in-a-function", "ansible"],
+)
+def test_what_the_program_could_not_carry_is_refused_on_the_controller(source, said):
+    with pytest.raises(ValueError, match=re.escape(said)):
+        lean.imported_names(source, "x.py")
+
+
+@pytest.mark.parametrize("what", lean.NOT_CARRIED)
+def test_a_spec_with_what_only_ansiblemodule_carries_out_is_refused(what):
+    spec = {**facts.ARGUMENT_SPEC, "token": {"type": "str", what: ["tok"] if "aliases" in what else True}}
+    with pytest.raises(ValueError, match=rf"the lean runner does not carry out token\.{what}"):
+        lean.check_options(spec, {}, "gpusplit.k8s.x")
+
+
+def own_bundle(work_source):
+    """A bundle with the error root and one module ``._work`` of ``work_source``."""
+    work = lean.PREFIX + "._work"
+    sources = {
+        "ansible_collections": "",
+        "ansible_collections.gpusplit": "",
+        "ansible_collections.gpusplit.k8s": "",
+        "ansible_collections.gpusplit.k8s.plugins": "",
+        lean.PREFIX: "",
+        lean.PREFIX + "._errors": (ROOT / "plugins" / "module_utils" / "_errors.py").read_text(),
+        work: work_source,
+    }
+    packages = [name for name in sources if name not in (work, lean.PREFIX + "._errors")]
+    packed = base64.b64encode(
+        zlib.compress(json.dumps({"sources": sources, "packages": packages}).encode())
+    ).decode()
+    return work, packed
+
+
+def test_an_answer_json_cannot_hold_is_still_an_answer():
+    work, packed = own_bundle("def execute(params, check_mode=False):\n    return {'when': object()}\n")
+    rc, answer = run_program(lean.build_program(work, {}, packed=packed), host_env())
+    assert rc == 1 and answer["failed"] is True
+    assert answer["msg"].startswith("The module failed on the host: TypeError: <object object at")
+
+
+def test_each_warning_is_said_once():
+    work, packed = own_bundle(
+        "def execute(params, check_mode=False):\n    return {'warnings': ['a', 'b', 'a']}\n"
+    )
+    rc, answer = run_program(lean.build_program(work, {}, packed=packed), host_env())
+    assert rc == 0 and answer["warnings"] == ["a", "b"] and answer["changed"] is False
