@@ -46,14 +46,25 @@ def writes_to(kubectl, resource: str) -> int:
     return total
 
 
+def terminating_namespaces(kubectl) -> list[str]:
+    items = kubectl.json("get", "namespaces")["items"]
+    return [
+        item["metadata"]["name"] for item in items if item.get("status", {}).get("phase") == "Terminating"
+    ]
+
+
 def writes_during(kubectl, resource: str, action, tries: int = 3):
     """(result of ``action()``, the apiserver's write requests to ``resource`` while it ran).
 
-    The counter is the whole apiserver's, and the other test workers write ConfigMaps too (every new
-    namespace gets its kube-root-ca.crt): where writes were counted, the action is run again, up to
-    ``tries`` times. A run that writes writes every time, so it still shows; others' writes rarely fall
-    into three windows in a row."""
+    The counter is the whole apiserver's, and the lab writes ConfigMaps of its own: every new namespace
+    gets its kube-root-ca.crt, and the namespace controller deletes a namespace's ConfigMaps when an earlier
+    test's namespace goes (this file's namespaces are deleted without waiting). So the count starts once no
+    namespace is terminating, and where writes were still counted, the action is run again, up to ``tries``
+    times. A run that writes writes every time, so it still shows."""
     for _ in range(tries):
+        kubectl.wait_for(
+            lambda: not terminating_namespaces(kubectl), timeout=120, what="no terminating namespace"
+        )
         before = writes_to(kubectl, resource)
         result = action()
         seen = writes_to(kubectl, resource) - before
