@@ -58,13 +58,14 @@ def writes_during(kubectl, resource: str, action, tries: int = 3):
 
     The counter is the whole apiserver's, and the lab writes ConfigMaps of its own: every new namespace
     gets its kube-root-ca.crt, and the namespace controller deletes a namespace's ConfigMaps when an earlier
-    test's namespace goes (this file's namespaces are deleted without waiting). So the count starts once no
-    namespace is terminating, and where writes were still counted, the action is run again, up to ``tries``
-    times. A run that writes writes every time, so it still shows."""
-    for _ in range(tries):
-        kubectl.wait_for(
-            lambda: not terminating_namespaces(kubectl), timeout=120, what="no terminating namespace"
-        )
+    test's namespace goes (this file's namespaces are deleted without waiting). Where writes were counted,
+    the action is run again, up to ``tries`` times, each once no namespace is terminating. A run that writes
+    writes every time, so it still shows."""
+    for attempt in range(tries):
+        if attempt:
+            kubectl.wait_for(
+                lambda: not terminating_namespaces(kubectl), timeout=120, what="no terminating namespace"
+            )
         before = writes_to(kubectl, resource)
         result = action()
         seen = writes_to(kubectl, resource) - before
