@@ -47,7 +47,9 @@ PROFILE = "legacy"
 
 def module_file(name):
     """The file of module_utils module ``name`` (dotted, under PREFIX) and whether it is a package;
-    (None, False) where there is none."""
+    (None, False) where there is none. The packages above module_utils have no file here (None, True)."""
+    if PREFIX.startswith(name + "."):
+        return None, True
     if name != PREFIX and not name.startswith(PREFIX + "."):
         return None, False
     base = MODULE_UTILS.joinpath(*name[len(PREFIX) + 1 :].split(".")) if name != PREFIX else MODULE_UTILS
@@ -106,15 +108,9 @@ def module_closure(entry):
         if is_package:
             packages.add(name)
         todo.extend(imported_names(sources[name], name) - set(sources))
+        # the packages above it, read as any module is (their __init__.py may import too)
         parts = name.split(".")
-        for depth in range(1, len(parts)):
-            parent = ".".join(parts[:depth])
-            packages.add(parent)
-            if parent not in sources:
-                parent_path, _unused = module_file(parent)
-                sources[parent] = parent_path.read_text(encoding="utf-8") if parent_path else ""
-                if parent_path:
-                    todo.extend(imported_names(sources[parent], parent) - set(sources))
+        todo.extend(".".join(parts[:depth]) for depth in range(1, len(parts)))
     return sources, sorted(packages)
 
 

@@ -62,9 +62,13 @@ def find_executable(name, path=None):
     dirs += [d for d in SBIN_DIRS if d not in dirs]
     for folder in dirs:
         candidate = os.path.join(folder, name)
-        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        if is_executable(candidate):
             return candidate
     return None
+
+
+def is_executable(path):
+    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 class HostIO:
@@ -81,7 +85,7 @@ class HostIO:
         return find_executable(name)
 
     def is_executable(self, path):
-        return os.path.isfile(path) and os.access(path, os.X_OK)
+        return is_executable(path)
 
     def run(self, argv):
         """(rc, stdout, stderr) of ``argv``; GpuTimeout when it takes longer than ``timeout``."""
