@@ -425,6 +425,9 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_va
             "tasks_per_host_rerun": round(tasks_per_host(again, n), 2),
             "cpu_s_first": round(first["cpu_s"], 1),
             "cpu_s_rerun": round(again["cpu_s"], 1),
+            "controller_cpu_s_first": round(first["controller_cpu_s"], 1),
+            "host_module_cpu_s_first": round(first["host_module_cpu_s"], 1),
+            "host_module_runs_first": first["host_module_runs"],
             "controller_cpu_s_rerun": round(again["controller_cpu_s"], 1),
             "host_module_cpu_s_rerun": round(again["host_module_cpu_s"], 1),
             "host_module_runs_rerun": again["host_module_runs"],
@@ -433,6 +436,9 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_va
             "host_tasks_rerun": again.get("by_task", {}),
             "slowest_tasks_rerun": dict(
                 sorted(again.get("task_seconds", {}).items(), key=lambda kv: -kv[1])[:12]
+            ),
+            "slowest_tasks_first": dict(
+                sorted(first.get("task_seconds", {}).items(), key=lambda kv: -kv[1])[:12]
             ),
             "logs": [first["log"], again["log"]],
         }

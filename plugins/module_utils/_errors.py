@@ -20,8 +20,12 @@ class GpusplitError(ValueError):
     """One or more refusals; ``errors`` holds every message.
 
     Built from one message or a list of them. It stays a ``ValueError`` so that callers that
-    validate input with ``except ValueError`` keep working.
+    validate input with ``except ValueError`` keep working. ``result``: what the work had already
+    done when it refused (keys of the module's result, ``changed`` among them), for the failed answer;
+    None before any change.
     """
+
+    result = None
 
     def __init__(self, errors="", *args):
         if isinstance(errors, str) or not hasattr(errors, "__iter__"):
@@ -55,12 +59,21 @@ def fail_on_refusal(module, title="", **result):
     """Run the body; a :class:`GpusplitError` ends the module with ``fail_json``.
 
     ``msg`` is :func:`refusal_text`, ``errors`` every message, and ``result`` whatever the module
-    already knows (``changed``, ``path``, ...). Other exceptions are not caught: they are bugs.
+    already knows (``changed``, ``path``, ...), updated with the refusal's own ``result``. Other
+    exceptions are not caught: they are bugs.
     """
     try:
         yield
     except GpusplitError as exc:
-        module.fail_json(msg=refusal_text(title, exc), errors=exc.errors, **result)
+        module.fail_json(
+            msg=refusal_text(title, exc), errors=exc.errors, **dict(result, **(exc.result or {}))
+        )
+
+
+class RunTheModule(Exception):
+    """Not a refusal: a host module's work, run through the lean runner (module_utils/_lean/bootstrap.py),
+    raises it before it changes anything where this host needs what only AnsibleModule does (SELinux
+    labels on written files). The action plugin then runs the module itself. The text says why."""
 
 
 def type_name(value):

@@ -119,6 +119,12 @@ options:
 notes:
   - Supports check mode and diff mode; the diff holds one before/after per changed file.
   - Runs on the host's Python 3.8 or later with the standard library only.
+  - A task runs through the action plugin of the same name, which checks the options on the controller with this
+    module's argument spec and sends the module's work to the host's Python without an AnsiballZ execution
+    (docs/hardening.md, "How the files are written"). Files are replaced as this module replaces them (an existing
+    file keeps its owner, group, mode and extended attributes, a new one gets the umask's mode and then 0644). On a
+    host where SELinux is enabled, and for a task with C(async), the module itself runs, so that new files get the
+    policy's labels.
   - It restarts no service; RV(restart_units) and RV(released_units) name the services that take the change when
     they restart. It reloads systemd only with O(daemon_reload).
 extends_documentation_fragment:
@@ -197,72 +203,18 @@ state:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host import host_state
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files import DROPIN_NAME, host_files
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.systemd_reload import reload_systemd
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.toolkit_config import HARDENING_SETTINGS
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files import (
+    ARGUMENT_SPEC,
+    SPEC_RULES,
+    execute,
+)
 
 
 def main():
-    module = AnsibleModule(
-        argument_spec=dict(
-            toolkit_path=dict(type="path"),
-            toolkit_settings=dict(type="dict", default=dict(HARDENING_SETTINGS)),
-            toolkit_backup=dict(type="bool", default=True),
-            toolkit_refusal=dict(type="str"),
-            env_path=dict(type="path"),
-            env_content=dict(type="str"),
-            dropins=dict(
-                type="list",
-                elements="dict",
-                default=[],
-                options=dict(
-                    unit=dict(type="str", required=True),
-                    path=dict(type="path", required=True),
-                    dir=dict(type="path"),
-                    content=dict(type="str"),
-                ),
-            ),
-            dropin_content=dict(type="str"),
-            dropin_dir=dict(type="path"),
-            dropin_name=dict(type="str", default=DROPIN_NAME),
-            dropin_marker=dict(type="str"),
-            state_path=dict(type="path"),
-            state_digest=dict(type="str"),
-            daemon_reload=dict(type="bool", default=False),
-        ),
-        required_together=[
-            ("env_path", "env_content"),
-            ("dropin_dir", "dropin_marker"),
-            ("state_path", "state_digest"),
-        ],
-        supports_check_mode=True,
-    )
+    module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **SPEC_RULES)
     with fail_on_refusal(module, changed=False):
-        result = host_files(module, module.params, check_mode=module.check_mode, with_diff=module._diff)
-    if module.params["state_path"] and not module.check_mode:
-        try:
-            result["state"] = record_state(module.params)
-        except host_state.HostStateError as exc:
-            module.warn(str(exc))
-    # after the files (and their record): a failure here reports what was written
-    with fail_on_refusal(module, **result):
-        reload_systemd(module, result, module.params["daemon_reload"], check_mode=module.check_mode)
+        result = execute(module.params, check_mode=module.check_mode, diff=module._diff, module=module)
     module.exit_json(**result)
-
-
-def record_state(params):
-    """The record of what this run left: every file the module manages, and the drop-in folder's scan."""
-    files = [params[key] for key in ("toolkit_path", "env_path") if params.get(key)]
-    files += [item["path"] for item in params["dropins"] or []]
-    scan = None
-    if params.get("dropin_dir"):
-        scan = {
-            "dir": params["dropin_dir"],
-            "name": params.get("dropin_name") or DROPIN_NAME,
-            "marker": params["dropin_marker"],
-        }
-    return host_state.record(params["state_path"], params["state_digest"], files, scan=scan)
 
 
 if __name__ == "__main__":

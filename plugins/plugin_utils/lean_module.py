@@ -36,7 +36,12 @@ from ansible import constants as C
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
+from ansible.utils.display import Display
 from ansible.vars.clean import remove_internal_keys
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._lean.bootstrap import RUN_MODULE
+
+display = Display()
 
 MODULE_UTILS = Path(__file__).resolve().parents[1] / "module_utils"
 PREFIX = "ansible_collections.gpusplit.k8s.plugins.module_utils"
@@ -144,7 +149,9 @@ def cached_bundle(entry, folder=None):
     return text
 
 
-def build_program(entry, params, check_mode=False, path_options=(), function="execute", packed=None):
+def build_program(
+    entry, params, check_mode=False, path_options=(), function="execute", packed=None, diff=False
+):
     """The program for the host's Python: the bootstrap and its call with the bundle (``packed``, or
     :func:`bundle`'s) and the request."""
     request = {
@@ -152,6 +159,7 @@ def build_program(entry, params, check_mode=False, path_options=(), function="ex
         "function": function,
         "params": params,
         "check_mode": bool(check_mode),
+        "diff": bool(diff),
         "path_options": sorted(path_options),
     }
     encoded = base64.b64encode(json.dumps(request).encode("utf-8")).decode("ascii")
@@ -161,23 +169,45 @@ def build_program(entry, params, check_mode=False, path_options=(), function="ex
 # what AnsibleModule does with an option beyond checking it, which check_options does not: masking a
 # secret's value (no_log), warning of an alias or a removal
 NOT_CARRIED = ("no_log", "aliases", "deprecated_aliases", "removed_in_version", "removed_at_date")
+# the rules between options that AnsibleModule takes beside the spec (ArgumentSpecValidator takes the same)
+RULES = ("mutually_exclusive", "required_together", "required_one_of", "required_if", "required_by")
 
 
-def check_options(spec, options, module_name):
+def spec_items(spec, prefix=""):
+    """``(name, option)`` for every option of ``spec``, a sub-option (``options``) named by its keys
+    (``dropins.path``)."""
+    for key, value in spec.items():
+        yield prefix + key, value
+        yield from spec_items(value.get("options") or {}, f"{prefix}{key}.")
+
+
+def host_spec(spec):
+    """``spec`` with every option of type path (or list of paths), sub-options too, checked as strings."""
+    checked = {}
+    for key, value in spec.items():
+        value = dict(value)
+        for field in ("type", "elements"):
+            if value.get(field) == "path":
+                value[field] = "str"
+        if value.get("options"):
+            value["options"] = host_spec(value["options"])
+        checked[key] = value
+    return checked
+
+
+def check_options(spec, options, module_name, rules=None):
     """``(params, None)`` with the options checked and completed by ``spec`` (an AnsibleModule argument
-    spec), or ``(None, message)`` with AnsibleModule's message for the first error. Options of type path
-    are checked as strings: their ``~`` and variables are the host's (the bootstrap expands them).
-    ValueError for a spec with what only AnsibleModule carries out (NOT_CARRIED): such a module is not for
-    the lean runner."""
+    spec) and ``rules`` (its keyword arguments of RULES), or ``(None, message)`` with AnsibleModule's message
+    for the first error. Options of type path are checked as strings: their ``~`` and variables are the
+    host's (the bootstrap expands them). ValueError for a spec with what only AnsibleModule carries out
+    (NOT_CARRIED), or a rule it does not know: such a module is not for the lean runner."""
     unsupported = sorted(
-        f"{key}.{what}" for key, value in spec.items() for what in NOT_CARRIED if value.get(what)
+        f"{name}.{what}" for name, value in spec_items(spec) for what in NOT_CARRIED if value.get(what)
     )
+    unsupported += sorted(set(rules or {}) - set(RULES))
     if unsupported:
         raise ValueError(f"{module_name}: the lean runner does not carry out {', '.join(unsupported)}")
-    host_spec = {
-        key: dict(value, type="str") if value.get("type") == "path" else value for key, value in spec.items()
-    }
-    checked = ArgumentSpecValidator(host_spec).validate(dict(options))
+    checked = ArgumentSpecValidator(host_spec(spec), **(rules or {})).validate(dict(options))
     if len(checked.errors.errors):  # (the errors object itself is always true)
         message = checked.errors.msg
         if isinstance(checked.errors.errors[0], UnsupportedError):
@@ -187,11 +217,13 @@ def check_options(spec, options, module_name):
 
 
 def path_options(spec):
-    return [key for key, value in spec.items() if value.get("type") == "path"]
+    """The options of type path (or list of paths), sub-options named by their keys (``dropins.path``)."""
+    return [name for name, value in spec_items(spec) if "path" in (value.get("type"), value.get("elements"))]
 
 
 class LeanModuleAction(ActionBase):
-    """The action plugin of a module whose work is ``ENTRY``'s ``execute(params, check_mode)``."""
+    """The action plugin of a module whose work is ``ENTRY``'s ``execute(params, check_mode, diff)``, its
+    options ``ARGUMENT_SPEC`` with ``SPEC_RULES`` (AnsibleModule's keyword arguments of RULES)."""
 
     TRANSFERS_FILES = False
     _supports_check_mode = True
@@ -199,19 +231,17 @@ class LeanModuleAction(ActionBase):
 
     ENTRY = ""  # the module_utils module with execute()
     ARGUMENT_SPEC: dict = {}
+    SPEC_RULES: dict = {}
 
     def run(self, tmp=None, task_vars=None):
         result = super().run(tmp, task_vars)
         task_vars = task_vars or {}
         module_name = self._task.action  # as _execute_module names it (the messages, the module's search)
         if self._task.async_val:
-            wrap_async = self._task.async_val and not self._connection.has_native_async
-            result.update(self._execute_module(task_vars=task_vars, wrap_async=wrap_async))
-            if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)
+            result.update(self._run_module(task_vars))
             return result
         # named as the task names it, as ansible-core names it to the module
-        params, message = check_options(self.ARGUMENT_SPEC, self._task.args, module_name)
+        params, message = check_options(self.ARGUMENT_SPEC, self._task.args, module_name, self.SPEC_RULES)
         if message:
             result.update(failed=True, changed=False, msg=message)
             return result
@@ -222,9 +252,26 @@ class LeanModuleAction(ActionBase):
             check_mode=self._task.check_mode,
             path_options=path_options(self.ARGUMENT_SPEC),
             packed=cached_bundle(self.ENTRY, C.DEFAULT_LOCAL_TMP),
+            diff=self._task.diff,
         )
-        result.update(self._run_program(built.shebang, program.encode("utf-8")))
+        answer = self._run_program(built.shebang, program.encode("utf-8"))
+        if RUN_MODULE in answer:  # the work changed nothing and asked for the module (SELinux labels)
+            display.vvv(
+                f"{module_name}: {answer[RUN_MODULE]}; running the module",
+                host=self._play_context.remote_addr,
+            )
+            answer = self._run_module(task_vars)
+        result.update(answer)
         return result
+
+    def _run_module(self, task_vars):
+        """The module itself, as ansible-core's own action runs it (an asynchronous task wrapped where the
+        connection has no async of its own)."""
+        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
+        answer = self._execute_module(task_vars=task_vars, wrap_async=wrap_async)
+        if not wrap_async:
+            self._remove_tmp_path(self._connection._shell.tmpdir)
+        return answer
 
     def _run_program(self, shebang, program):
         """Run ``program`` with the interpreter of ``shebang`` on the host; its result, read as a module's."""

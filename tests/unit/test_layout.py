@@ -21,7 +21,12 @@ ALLOWED = {
     MU + "_errors": set(),
     MU + "_k8s": {MU + "_errors"},
     # the discovery's work (facts.py) reads who holds the GPUs and the host's record in the same call
-    MU + "_gpu": {MU + "_errors", MU + "_host/pod_resources", MU + "_host/host_state"},
+    MU + "_gpu": {
+        MU + "_errors",
+        MU + "_host/pod_resources",
+        MU + "_host/host_state",
+        MU + "_host/lean_host",
+    },
     MU + "_host": {MU + "_errors"},
     MU + "_split": {MU + "_errors", MU + "_gpu", MU + "_k8s"},
     MU + "_dra": {MU + "_errors", MU + "_k8s", MU + "_split"},

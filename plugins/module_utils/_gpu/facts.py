@@ -28,6 +28,10 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import (
     GpuFactsError,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import read_state
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.lean_host import (
+    find_executable,
+    is_executable,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.pod_resources import (
     DEFAULT_TIMEOUT as POD_RESOURCES_TIMEOUT,
 )
@@ -49,26 +53,6 @@ ARGUMENT_SPEC = {
     "binding_version": {"type": "str", "default": gpu_binding.DEFAULT_VERSION},
     "break_system_packages": {"type": "bool", "default": False},
 }
-
-
-# where ansible-core's get_bin_path also looks, after PATH
-SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
-
-
-def find_executable(name, path=None):
-    """The first executable file ``name`` in PATH (``path``, or the environment's) and then the sbin
-    folders, as ansible-core's ``get_bin_path`` looks for it; None when there is none."""
-    dirs = [d for d in (os.environ.get("PATH", "") if path is None else path).split(os.pathsep) if d]
-    dirs += [d for d in SBIN_DIRS if d not in dirs]
-    for folder in dirs:
-        candidate = os.path.join(folder, name)
-        if is_executable(candidate):
-            return candidate
-    return None
-
-
-def is_executable(path):
-    return os.path.isfile(path) and os.access(path, os.X_OK)
 
 
 class HostIO:
@@ -301,8 +285,9 @@ def read_holders(params):
         return {"available": False, "socket": socket, "pods": [], "holders": [], "error": str(exc)}
 
 
-def execute(params, check_mode=False):
-    """The module's whole work on this host: ``params`` are its options as its argument spec checked them.
+def execute(params, check_mode=False, diff=False):
+    """The module's whole work on this host: ``params`` are its options as its argument spec checked them
+    (``diff``: it changes no file, so it has no diff to give).
 
     Returns the result with ``changed`` and ``warnings`` (a list of texts); raises a GpusplitError
     (GpuFactsError, a bad timeout) to refuse."""

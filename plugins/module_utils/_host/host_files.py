@@ -27,6 +27,7 @@ import os
 import stat
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import host_state
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     backup_beside,
     file_diff,
@@ -34,8 +35,13 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     write_atomic,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import find_managed_dropins
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.systemd_reload import find_systemctl
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.lean_host import LeanHost
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.systemd_reload import (
+    find_systemctl,
+    reload_systemd,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.toolkit_config import (
+    HARDENING_SETTINGS,
     TomlEditError,
     edit_config,
 )
@@ -48,6 +54,42 @@ DROPIN_NAME = "50-gpusplit.conf"
 
 class HostFilesError(GpusplitError):
     """The input names no valid file, or a file on the host cannot be read or written."""
+
+
+# the options of gpu_host_files (its module and its action plugin check them with the same spec)
+ARGUMENT_SPEC = {
+    "toolkit_path": {"type": "path"},
+    "toolkit_settings": {"type": "dict", "default": dict(HARDENING_SETTINGS)},
+    "toolkit_backup": {"type": "bool", "default": True},
+    "toolkit_refusal": {"type": "str"},
+    "env_path": {"type": "path"},
+    "env_content": {"type": "str"},
+    "dropins": {
+        "type": "list",
+        "elements": "dict",
+        "default": [],
+        "options": {
+            "unit": {"type": "str", "required": True},
+            "path": {"type": "path", "required": True},
+            "dir": {"type": "path"},
+            "content": {"type": "str"},
+        },
+    },
+    "dropin_content": {"type": "str"},
+    "dropin_dir": {"type": "path"},
+    "dropin_name": {"type": "str", "default": DROPIN_NAME},
+    "dropin_marker": {"type": "str"},
+    "state_path": {"type": "path"},
+    "state_digest": {"type": "str"},
+    "daemon_reload": {"type": "bool", "default": False},
+}
+SPEC_RULES = {
+    "required_together": [
+        ("env_path", "env_content"),
+        ("dropin_dir", "dropin_marker"),
+        ("state_path", "state_digest"),
+    ],
+}
 
 
 # --------------------------------------------------------------------------------------------
@@ -363,7 +405,49 @@ def host_files(module, params, check_mode=False, with_diff=False):
         if units:
             find_systemctl(module, units, check_mode)
     if not check_mode:
+        if isinstance(module, LeanHost) and any(entry["changed"] for entry in plan["entries"]):
+            module.ready_to_write()  # (RunTheModule where SELinux labels files: nothing is written yet)
         apply_entries(module, plan["entries"])
     result = result_of(plan, with_diff)
     result["daemon_reloaded"] = False
+    return result
+
+
+def record_state(params):
+    """The record of what this run left: every file the module manages, and the drop-in folder's scan."""
+    files = [params[key] for key in ("toolkit_path", "env_path") if params.get(key)]
+    files += [item["path"] for item in params["dropins"] or []]
+    scan = None
+    if params.get("dropin_dir"):
+        scan = {
+            "dir": params["dropin_dir"],
+            "name": params.get("dropin_name") or DROPIN_NAME,
+            "marker": params["dropin_marker"],
+        }
+    return host_state.record(params["state_path"], params["state_digest"], files, scan=scan)
+
+
+def execute(params, check_mode=False, diff=False, module=None):
+    """The whole work of gpu_host_files, for its module (``module``: the AnsibleModule) and for the lean runner
+    (``module`` None: :class:`LeanHost` stands in for it): check and write the files, record them
+    (``state_path``; a failed record is a warning), run ``systemctl daemon-reload`` where asked.
+
+    Returns the module's result (the lean runner's with ``warnings``). Raises a GpusplitError to refuse:
+    before any write, or with ``result`` set where the files were written and the reload failed; raises
+    ``RunTheModule`` before any write where the lean runner cannot label the files (SELinux).
+    """
+    host = LeanHost() if module is None else module
+    result = host_files(host, params, check_mode=check_mode, with_diff=diff)
+    if params.get("state_path") and not check_mode:
+        try:
+            result["state"] = record_state(params)
+        except host_state.HostStateError as exc:
+            host.warn(str(exc))
+    lean = {"warnings": host.warnings} if module is None and host.warnings else {}
+    try:  # after the files (and their record): a failure here reports what was written
+        reload_systemd(host, result, params["daemon_reload"], check_mode=check_mode)
+    except GpusplitError as exc:
+        exc.result = dict(result, **lean)
+        raise
+    result.update(lean)
     return result

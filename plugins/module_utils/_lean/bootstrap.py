@@ -19,10 +19,13 @@ host, built once per run on the controller) carries:
 
 and the request (JSON, base64):
 
-* ``entry`` and ``function``: what to call, ``function(params, check_mode=...)``, which returns the
-  module's result with ``warnings`` (a list of texts) or raises a GpusplitError to refuse;
+* ``entry`` and ``function``: what to call, ``function(params, check_mode=..., diff=...)``, which returns
+  the module's result with ``warnings`` (a list of texts), or raises a GpusplitError to refuse (its
+  ``result``, what was already done, goes into the answer), or ``_errors.RunTheModule`` before any change
+  where the host needs the module itself (the answer is then only ``{RUN_MODULE: why}``);
 * ``params``: the options, checked on the controller against the module's argument spec; ``path_options``
-  the ones of type path, expanded here (``~`` and variables are the host's, as in a module).
+  the ones of type path, expanded here (``~`` and variables are the host's, as in a module), each named by
+  its keys (``dropins.path``: the key ``path`` of each item of ``dropins``).
 
 The result is printed as one JSON object, as a module's; a refusal is ``failed`` with ``msg`` and
 ``errors``, any other exception ``failed`` with the traceback in ``exception``.
@@ -36,6 +39,9 @@ import sys
 
 PREFIX = "ansible_collections.gpusplit.k8s.plugins.module_utils"
 ORIGIN = "<gpusplit-lean>"
+# the answer's one key where the work raised _errors.RunTheModule (the text: why); the action plugin then runs
+# the module itself
+RUN_MODULE = "gpusplit_lean_run_module"
 
 
 def clean_sys_path(script=None):
@@ -115,30 +121,48 @@ def crashed(exc):
     }
 
 
+def expand_paths(value, parts):
+    """``value`` with the option at ``parts`` (a path of keys; lists are walked, each item) expanded as
+    AnsibleModule expands an option of type path: ``~`` and variables, the host's."""
+    import os.path
+
+    if isinstance(value, list):
+        return [expand_paths(item, parts) for item in value]
+    if not parts:
+        return os.path.expanduser(os.path.expandvars(value)) if isinstance(value, str) else value
+    if isinstance(value, dict) and value.get(parts[0]) is not None:
+        return dict(value, **{parts[0]: expand_paths(value[parts[0]], parts[1:])})
+    return value
+
+
 def run(request):
     """The module's result for ``request`` (decoded, with its bundle), its importer installed first."""
     import importlib
-    import os.path
 
     if not any(isinstance(finder, SourceImporter) for finder in sys.meta_path):
         sys.meta_path.insert(0, SourceImporter(request["sources"], request["packages"]))
     params = dict(request["params"])
-    for key in request.get("path_options") or ():
-        if isinstance(params.get(key), str):
-            params[key] = os.path.expanduser(os.path.expandvars(params[key]))
+    for name in request.get("path_options") or ():
+        params = expand_paths(params, name.split("."))
     try:
         errors = importlib.import_module(PREFIX + "._errors")
         work = getattr(importlib.import_module(request["entry"]), request["function"])
         try:
-            result = dict(work(params, check_mode=bool(request.get("check_mode"))))
+            result = dict(
+                work(params, check_mode=bool(request.get("check_mode")), diff=bool(request.get("diff")))
+            )
+        except errors.RunTheModule as exc:
+            return {RUN_MODULE: str(exc) or "this host needs the module"}
         except errors.GpusplitError as exc:
-            return {
-                "failed": True,
-                "changed": False,
-                "msg": errors.refusal_text("", exc),
-                "errors": list(exc.errors),
-                "invocation": {"module_args": params},
-            }
+            answer = dict(exc.result or {})
+            answer.setdefault("changed", False)
+            answer.update(
+                failed=True,
+                msg=errors.refusal_text("", exc),
+                errors=list(exc.errors),
+                invocation={"module_args": params},
+            )
+            return answer
         warnings = []
         for text in result.pop("warnings", None) or []:
             if str(text) not in warnings:  # each warning once, as AnsibleModule.warn keeps them

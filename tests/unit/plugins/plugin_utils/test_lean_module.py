@@ -23,7 +23,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import facts
 from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts as module
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import lean_module as lean
-from ansible_collections.gpusplit.k8s.tests.unit.module_run import run_module_file
+from ansible_collections.gpusplit.k8s.tests.unit.module_run import run_module_file, run_program
 
 ROOT = Path(__file__).resolve().parents[4]
 FAKES = ROOT / "tests" / "fakes"
@@ -45,24 +45,6 @@ def host_env(fixture="dgx-h100.json", no_binding=None, **extra):
         env["PYTHONPATH"] = str(no_binding)
     env.update(extra)
     return env
-
-
-def run_program(program, env, python=sys.executable, cwd=None, as_file=None):
-    """(exit status, answer) of ``program`` run by ``python``: on stdin, or from the file ``as_file``."""
-    argv = [python, str(as_file)] if as_file else [python, "-"]
-    if as_file:
-        Path(as_file).write_text(program)
-    done = subprocess.run(
-        argv,
-        input=None if as_file else program,
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=cwd,
-        timeout=120,
-    )
-    assert done.stdout.strip(), done.stderr
-    return done.returncode, json.loads(done.stdout)
 
 
 def module_answer(args, env):
@@ -276,7 +258,7 @@ def test_a_file_in_the_programs_folder_cannot_stand_in_for_a_standard_module(tmp
 
 def test_a_crash_is_failed_with_its_traceback_and_source_lines():
     boom, packed = own_bundle(
-        "def execute(params, check_mode=False):\n    return {'x': 1}['the missing key']\n"
+        "def execute(params, check_mode=False, diff=False):\n    return {'x': 1}['the missing key']\n"
     )
     program = lean.build_program(boom, {}, packed=packed)
     rc, answer = run_program(program, host_env())
@@ -358,7 +340,9 @@ def own_bundle(work_source):
 
 
 def test_an_answer_json_cannot_hold_is_still_an_answer():
-    work, packed = own_bundle("def execute(params, check_mode=False):\n    return {'when': object()}\n")
+    work, packed = own_bundle(
+        "def execute(params, check_mode=False, diff=False):\n    return {'when': object()}\n"
+    )
     rc, answer = run_program(lean.build_program(work, {}, packed=packed), host_env())
     assert rc == 1 and answer["failed"] is True
     assert answer["msg"].startswith("The module failed on the host: TypeError: <object object at")
@@ -366,7 +350,7 @@ def test_an_answer_json_cannot_hold_is_still_an_answer():
 
 def test_each_warning_is_said_once():
     work, packed = own_bundle(
-        "def execute(params, check_mode=False):\n    return {'warnings': ['a', 'b', 'a']}\n"
+        "def execute(params, check_mode=False, diff=False):\n    return {'warnings': ['a', 'b', 'a']}\n"
     )
     rc, answer = run_program(lean.build_program(work, {}, packed=packed), host_env())
     assert rc == 0 and answer["warnings"] == ["a", "b"] and answer["changed"] is False

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import stat
 
 import pytest
@@ -15,19 +13,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     read_text,
     write_atomic,
 )
-
-
-class FakeModule:
-    """What write_atomic needs of an AnsibleModule: atomic_move (keeps an old file's mode, a new file
-    gets the umask's)."""
-
-    def atomic_move(self, src, dest):
-        creating = not os.path.exists(dest)
-        if not creating:
-            shutil.copymode(dest, src)
-        os.rename(src, dest)
-        if creating:
-            os.chmod(dest, 0o666 & ~0o022)
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.lean_host import LeanHost
 
 
 def test_is_inside_resolves_links_and_wants_a_whole_path_component(tmp_path):
@@ -50,15 +36,15 @@ def test_file_diff_heads_both_sides_with_the_path_unless_told():
 
 def test_write_atomic_gives_a_new_file_its_mode_and_keeps_an_old_ones(tmp_path):
     new = tmp_path / "new.yaml"
-    write_atomic(FakeModule(), str(new), "a: 1\n", new_file=True, mode=0o600)
+    write_atomic(LeanHost(), str(new), "a: 1\n", new_file=True, mode=0o600)
     assert new.read_text() == "a: 1\n" and stat.S_IMODE(new.stat().st_mode) == 0o600
     default = tmp_path / "default.yaml"
-    write_atomic(FakeModule(), str(default), "b\n", new_file=True)
+    write_atomic(LeanHost(), str(default), "b\n", new_file=True)
     assert stat.S_IMODE(default.stat().st_mode) == 0o644
     old = tmp_path / "old.yaml"
     old.write_text("x")
     old.chmod(0o640)
-    write_atomic(FakeModule(), str(old), "y", mode=0o600)  # not a new file: mode ignored
+    write_atomic(LeanHost(), str(old), "y", mode=0o600)  # not a new file: mode ignored
     assert old.read_text() == "y" and stat.S_IMODE(old.stat().st_mode) == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == ["default.yaml", "new.yaml", "old.yaml"]
 

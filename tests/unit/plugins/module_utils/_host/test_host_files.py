@@ -6,20 +6,20 @@ Runs on the managed hosts' Pythons too (tools/multi_python_tests.py): standard l
 from __future__ import annotations
 
 import os
-import shutil
 import stat
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import lean_host
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files import (
     HostFilesError,
     find_managed_dropins,
     host_files,
     plan_host_files,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.lean_host import LeanHost
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.systemd_reload import (
     SystemdReloadError,
     reload_systemd,
@@ -37,29 +37,26 @@ ENV = MARKER + "\nCUDA_VISIBLE_DEVICES=GPU-1\nNVIDIA_VISIBLE_DEVICES=GPU-1\n"
 DROPIN = MARKER + "\n[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=GPU-1\n"
 
 
-class FakeModule:
-    """What host_files needs of an AnsibleModule: atomic_move (keeps an old file's mode, a new file
-    gets the umask's), and for the daemon-reload get_bin_path (PATH only) and run_command (the
-    command really runs: the tests put a systemctl stand-in on PATH)."""
+class Host(LeanHost):
+    """The lean runner's stand-in for AnsibleModule (module_utils/_host/lean_host.py: atomic_move,
+    get_bin_path, run_command), recording the commands it runs; the tests put a systemctl stand-in on PATH."""
 
     def __init__(self):
+        super().__init__()
         self.commands = []
 
-    def atomic_move(self, src, dest):
-        creating = not os.path.exists(dest)
-        if not creating:
-            shutil.copymode(dest, src)
-        os.rename(src, dest)
-        if creating:
-            os.chmod(dest, 0o666 & ~0o022)
-
-    def get_bin_path(self, name):
-        return shutil.which(name, path=os.environ.get("PATH", ""))
-
-    def run_command(self, args, handle_exceptions=True):
+    def run_command(self, args, handle_exceptions=False):
         self.commands.append(list(args))
-        done = subprocess.run(args, capture_output=True, text=True)
-        return done.returncode, done.stdout, done.stderr
+        return super().run_command(args, handle_exceptions)
+
+
+@pytest.fixture(autouse=True)
+def plain_host(tmp_path, monkeypatch):
+    """A mount table without SELinux, and programs found in PATH only (not in this machine's sbin folders)."""
+    table = tmp_path / "mounts"
+    table.write_text("proc /proc proc rw 0 0\n")
+    monkeypatch.setattr(lean_host, "MOUNTS", str(table))
+    monkeypatch.setattr(lean_host, "SBIN_DIRS", ())
 
 
 def host_root(tmp_path, toolkit=True):
@@ -109,7 +106,7 @@ def snapshot(root):
 
 def test_first_run_writes_every_file_and_names_the_units_to_restart(tmp_path):
     root = host_root(tmp_path)
-    result = host_files(FakeModule(), params(root, units=("trainer.service", "jupyter.service")))
+    result = host_files(Host(), params(root, units=("trainer.service", "jupyter.service")))
     assert result["changed"] is True
     assert result["restart_units"] == ["trainer.service", "jupyter.service"]
     assert result["released_units"] == []
@@ -141,9 +138,9 @@ def test_first_run_writes_every_file_and_names_the_units_to_restart(tmp_path):
 
 def test_second_run_changes_nothing(tmp_path):
     root = host_root(tmp_path)
-    host_files(FakeModule(), params(root))
+    host_files(Host(), params(root))
     before = snapshot(root)
-    again = host_files(FakeModule(), params(root), with_diff=True)
+    again = host_files(Host(), params(root), with_diff=True)
     assert again["changed"] is False
     assert again["restart_units"] == [] and again["released_units"] == []
     assert again["dropins_changed"] is False
@@ -159,7 +156,7 @@ def test_check_mode_reports_every_change_with_a_diff_per_file_and_writes_nothing
     stale.parent.mkdir(parents=True)
     stale.write_text(DROPIN)
     before = snapshot(root)
-    result = host_files(FakeModule(), params(root), check_mode=True, with_diff=True)
+    result = host_files(Host(), params(root), check_mode=True, with_diff=True)
     assert snapshot(root) == before
     assert result["changed"] is True
     assert result["restart_units"] == ["trainer.service"]
@@ -181,14 +178,14 @@ def test_check_mode_reports_every_change_with_a_diff_per_file_and_writes_nothing
 
 def test_a_unit_taken_out_of_the_list_loses_only_gpusplits_drop_in(tmp_path):
     root = host_root(tmp_path, toolkit=False)
-    host_files(FakeModule(), params(root, units=("trainer.service", "old.service"), toolkit=False))
+    host_files(Host(), params(root, units=("trainer.service", "old.service"), toolkit=False))
     systemd = root / "etc" / "systemd" / "system"
     foreign = systemd / "foreign.service.d" / "50-gpusplit.conf"
     foreign.parent.mkdir()
     foreign.write_text("[Service]\nEnvironment=FOREIGN=1\n")
     other_name = systemd / "old.service.d" / "10-operator.conf"
     other_name.write_text(MARKER + "\n")
-    result = host_files(FakeModule(), params(root, units=("trainer.service",), toolkit=False))
+    result = host_files(Host(), params(root, units=("trainer.service",), toolkit=False))
     assert result["changed"] is True
     assert result["released_units"] == ["old.service"]
     assert result["restart_units"] == []
@@ -197,9 +194,7 @@ def test_a_unit_taken_out_of_the_list_loses_only_gpusplits_drop_in(tmp_path):
     assert foreign.read_text() == "[Service]\nEnvironment=FOREIGN=1\n"
     assert other_name.exists()
     assert (systemd / "trainer.service.d" / "50-gpusplit.conf").read_text() == DROPIN
-    assert (
-        host_files(FakeModule(), params(root, units=("trainer.service",), toolkit=False))["changed"] is False
-    )
+    assert host_files(Host(), params(root, units=("trainer.service",), toolkit=False))["changed"] is False
 
 
 def test_find_managed_dropins_looks_one_level_below_and_wants_the_marker(tmp_path):
@@ -217,12 +212,12 @@ def test_find_managed_dropins_looks_one_level_below_and_wants_the_marker(tmp_pat
 
 def test_an_edited_file_is_rewritten_and_a_wrong_mode_fixed(tmp_path):
     root = host_root(tmp_path, toolkit=False)
-    host_files(FakeModule(), params(root, toolkit=False))
+    host_files(Host(), params(root, toolkit=False))
     env = root / "etc" / "gpusplit" / "host-gpus.env"
     env.write_text("CUDA_VISIBLE_DEVICES=\n")
     dropin = root / "etc" / "systemd" / "system" / "trainer.service.d" / "50-gpusplit.conf"
     os.chmod(dropin, 0o600)
-    result = host_files(FakeModule(), params(root, toolkit=False), with_diff=True)
+    result = host_files(Host(), params(root, toolkit=False), with_diff=True)
     actions = {f["path"]: f["action"] for f in result["files"]}
     assert actions[str(env)] == "write" and actions[str(dropin)] == "mode"
     assert env.read_text() == ENV
@@ -235,7 +230,7 @@ def test_an_edited_file_is_rewritten_and_a_wrong_mode_fixed(tmp_path):
 
 def test_a_host_without_the_toolkit_is_reported_and_nothing_is_made_up(tmp_path):
     root = host_root(tmp_path, toolkit=False)
-    result = host_files(FakeModule(), params(root, refuse="would be refused where the toolkit is"))
+    result = host_files(Host(), params(root, refuse="would be refused where the toolkit is"))
     assert result["toolkit"] == {"path": f"{root}/etc/nvidia-container-runtime/config.toml", "missing": True}
     assert not (root / "etc" / "nvidia-container-runtime").exists()
     assert (root / "etc" / "gpusplit" / "host-gpus.env").read_text() == ENV
@@ -245,7 +240,7 @@ def test_the_controllers_refusal_applies_where_the_toolkit_is_and_changes_nothin
     root = host_root(tmp_path)
     before = snapshot(root)
     with pytest.raises(HostFilesError) as caught:
-        host_files(FakeModule(), params(root, refuse="node x: the split device plugin would advertise 0"))
+        host_files(Host(), params(root, refuse="node x: the split device plugin would advertise 0"))
     assert caught.value.errors == ["node x: the split device plugin would advertise 0"]
     assert snapshot(root) == before
 
@@ -253,7 +248,7 @@ def test_the_controllers_refusal_applies_where_the_toolkit_is_and_changes_nothin
 def test_no_toolkit_argument_leaves_the_toolkit_alone(tmp_path):
     root = host_root(tmp_path)
     config = root / "etc" / "nvidia-container-runtime" / "config.toml"
-    result = host_files(FakeModule(), params(root, toolkit=False))
+    result = host_files(Host(), params(root, toolkit=False))
     assert result["toolkit"] is None
     assert config.read_text() == TOOLKIT_FIXTURE.read_text()
 
@@ -264,7 +259,7 @@ def test_a_toolkit_file_that_does_not_parse_is_refused_before_anything_changes(t
     config.write_text("[nvidia-container-cli\n")
     before = snapshot(root)
     with pytest.raises(GpusplitError) as caught:
-        host_files(FakeModule(), params(root))
+        host_files(Host(), params(root))
     assert caught.value.errors[0].startswith(f"refusing to edit {config}: ")
     assert "not valid TOML" in caught.value.errors[0]
     assert snapshot(root) == before
@@ -301,7 +296,7 @@ def test_bad_input_is_refused_naming_the_field_before_anything_changes(tmp_path,
     change(args)
     before = snapshot(root)
     with pytest.raises(HostFilesError) as caught:
-        host_files(FakeModule(), args)
+        host_files(Host(), args)
     assert any(message in e for e in caught.value.errors), caught.value.errors
     assert snapshot(root) == before
 
@@ -320,7 +315,7 @@ def test_a_folder_where_a_file_belongs_is_refused_naming_it(tmp_path):
     env = root / "etc" / "gpusplit" / "host-gpus.env"
     env.mkdir(parents=True)
     with pytest.raises(GpusplitError) as caught:
-        host_files(FakeModule(), params(root, toolkit=False))
+        host_files(Host(), params(root, toolkit=False))
     assert caught.value.errors == [f"{env} is not a regular file"]
 
 
@@ -357,7 +352,7 @@ def test_a_changed_drop_in_reloads_systemd_once_after_writing_and_an_unchanged_o
     script, calls = systemctl
     root = host_root(tmp_path, toolkit=False)
     args = dict(params(root, toolkit=False), daemon_reload=True)
-    module = FakeModule()
+    module = Host()
     result = run_with_reload(module, args)
     assert result["dropins_changed"] is True and result["daemon_reloaded"] is True
     assert module.commands == [[str(script), "daemon-reload"]]
@@ -366,15 +361,15 @@ def test_a_changed_drop_in_reloads_systemd_once_after_writing_and_an_unchanged_o
         root / "etc" / "systemd" / "system" / "trainer.service.d" / "50-gpusplit.conf"
     ).read_text() == DROPIN
     # nothing changed: no reload
-    again = run_with_reload(FakeModule(), args)
+    again = run_with_reload(Host(), args)
     assert again["changed"] is False and again["daemon_reloaded"] is False
     assert calls() == ["daemon-reload"]
     # only the env file changed: systemd has nothing to re-read
     (root / "etc" / "gpusplit" / "host-gpus.env").write_text("CUDA_VISIBLE_DEVICES=\n")
-    env_only = run_with_reload(FakeModule(), args)
+    env_only = run_with_reload(Host(), args)
     assert env_only["changed"] is True and env_only["daemon_reloaded"] is False
     # a removed (stale) drop-in reloads too
-    removed = run_with_reload(FakeModule(), dict(params(root, units=(), toolkit=False), daemon_reload=True))
+    removed = run_with_reload(Host(), dict(params(root, units=(), toolkit=False), daemon_reload=True))
     assert removed["released_units"] == ["trainer.service"] and removed["daemon_reloaded"] is True
     assert calls() == ["daemon-reload", "daemon-reload"]
 
@@ -383,7 +378,7 @@ def test_without_daemon_reload_systemctl_is_neither_looked_for_nor_run(tmp_path,
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))  # no systemctl anywhere
     root = host_root(tmp_path, toolkit=False)
     for wanted in (False, None):
-        module = FakeModule()
+        module = Host()
         result = run_with_reload(module, dict(params(root, toolkit=False), daemon_reload=wanted))
         assert result["daemon_reloaded"] is False and module.commands == []
     assert (
@@ -395,7 +390,7 @@ def test_check_mode_runs_nothing_and_says_daemon_reloaded_false(tmp_path, system
     _script, calls = systemctl
     root = host_root(tmp_path, toolkit=False)
     before = snapshot(root)
-    module = FakeModule()
+    module = Host()
     result = run_with_reload(module, dict(params(root, toolkit=False), daemon_reload=True), check_mode=True)
     assert result["dropins_changed"] is True and result["daemon_reloaded"] is False
     assert module.commands == [] and calls() == []
@@ -410,7 +405,7 @@ def test_no_systemctl_with_a_drop_in_to_change_is_refused_before_anything_is_wri
     root = host_root(tmp_path)
     before = snapshot(root)
     with pytest.raises(SystemdReloadError) as caught:
-        host_files(FakeModule(), dict(params(root), daemon_reload=True), check_mode=check_mode)
+        host_files(Host(), dict(params(root), daemon_reload=True), check_mode=check_mode)
     message = caught.value.errors[0]
     assert "systemctl is not on this host" in message and "trainer.service" in message
     assert "systemctl daemon-reload" in message and "gpusplit_systemd_reload: false" in message
@@ -427,7 +422,7 @@ def test_a_failed_reload_names_the_command_rc_and_stderr_and_says_the_files_are_
     monkeypatch.setenv("STANDIN_ERR", "Failed to connect to bus: No such file or directory")
     root = host_root(tmp_path, toolkit=False)
     args = dict(params(root, toolkit=False), daemon_reload=True)
-    module = FakeModule()
+    module = Host()
     result = host_files(module, args)
     with pytest.raises(SystemdReloadError) as caught:
         reload_systemd(module, result, True)
@@ -446,7 +441,7 @@ def test_a_failed_reload_names_the_command_rc_and_stderr_and_says_the_files_are_
 
 
 def test_a_reload_that_cannot_start_is_reported_as_such(tmp_path):
-    class Unstartable(FakeModule):
+    class Unstartable(Host):
         def get_bin_path(self, name):
             return "/usr/bin/systemctl"
 
@@ -466,7 +461,7 @@ def test_systemctl_gone_after_writing_says_the_files_are_written(tmp_path, monke
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     result = {"dropins_changed": True, "restart_units": ["trainer.service"], "released_units": []}
     with pytest.raises(SystemdReloadError) as caught:
-        reload_systemd(FakeModule(), result, True)
+        reload_systemd(Host(), result, True)
     message = caught.value.errors[0]
     assert message.startswith("`systemctl daemon-reload` failed (not run: systemctl is not on this host). ")
     assert "The files were already written (drop-ins of trainer.service)" in message
