@@ -65,9 +65,16 @@ def fail_on_refusal(module, title="", **result):
     try:
         yield
     except GpusplitError as exc:
-        module.fail_json(
-            msg=refusal_text(title, exc), errors=exc.errors, **dict(result, **(exc.result or {}))
-        )
+        module.fail_json(**refusal_answer(exc, title, **result))
+
+
+def refusal_answer(exc, title="", **known):
+    """The keys of a failed answer for refusal ``exc``: what the caller knows (``known``), updated with what the
+    refusal says was already done (``exc.result``), then ``msg`` (:func:`refusal_text`) and ``errors``. For
+    :func:`fail_on_refusal` and the lean runner's program alike."""
+    answer = dict(known, **(exc.result or {}))
+    answer.update(msg=refusal_text(title, exc), errors=list(exc.errors))
+    return answer
 
 
 class RunTheModule(Exception):

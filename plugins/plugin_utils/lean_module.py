@@ -34,6 +34,7 @@ from pathlib import Path
 
 from ansible import constants as C
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+from ansible.module_utils.common.json import Direction, get_module_encoder
 from ansible.module_utils.errors import UnsupportedError
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
@@ -162,13 +163,16 @@ def build_program(
         "diff": bool(diff),
         "path_options": sorted(path_options),
     }
-    encoded = base64.b64encode(json.dumps(request).encode("utf-8")).decode("ascii")
+    # encoded as ansible-core encodes a module's arguments (a date or a set in an option's value as the module gets it)
+    encoder = get_module_encoder(PROFILE, Direction.CONTROLLER_TO_MODULE)
+    encoded = base64.b64encode(json.dumps(request, cls=encoder).encode("utf-8")).decode("ascii")
     return BOOTSTRAP.read_text(encoding="utf-8") + f'\n\nmain("{packed or bundle(entry)}", "{encoded}")\n'
 
 
 # what AnsibleModule does with an option beyond checking it, which check_options does not: masking a
-# secret's value (no_log), warning of an alias or a removal
-NOT_CARRIED = ("no_log", "aliases", "deprecated_aliases", "removed_in_version", "removed_at_date")
+# secret's value (no_log), warning of an alias or a removal, a default from the host's environment (fallback:
+# the controller's environment is not the host's)
+NOT_CARRIED = ("no_log", "aliases", "deprecated_aliases", "removed_in_version", "removed_at_date", "fallback")
 # the rules between options that AnsibleModule takes beside the spec (ArgumentSpecValidator takes the same)
 RULES = ("mutually_exclusive", "required_together", "required_one_of", "required_if", "required_by")
 

@@ -71,12 +71,27 @@ def write_atomic(module, path, text, new_file=False, mode=None):
             os.fsync(handle.fileno())
         if new_file:
             os.chmod(tmp, 0o644)
-        module.atomic_move(tmp, real)
+        move(module, tmp, real)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
     if new_file and mode is not None:
         os.chmod(real, mode)
+
+
+def move(module, src, dest):
+    """``module.atomic_move(src, dest)``; OSError where it fails. ansible-core 2.19's raises a plain Exception
+    (its cause the OSError) where its own workaround for a rename that fails did not help either: an OSError
+    again here, with the operating system's words, so that every caller says which file it could not write."""
+    try:
+        module.atomic_move(src, dest)
+    except OSError:
+        raise
+    except Exception as exc:
+        cause = exc.__cause__
+        if isinstance(cause, OSError):
+            raise OSError(cause.errno, os_reason(cause), dest) from exc
+        raise OSError(None, str(exc), dest) from exc
 
 
 def file_diff(before, after, before_header, after_header=None):

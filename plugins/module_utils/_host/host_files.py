@@ -31,6 +31,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host import host_sta
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     backup_beside,
     file_diff,
+    os_reason,
     read_text,
     write_atomic,
 )
@@ -306,8 +307,12 @@ def plan_host_files(params):
 
 
 def apply_entries(module, entries):
-    """Write every changed entry (``module``: the AnsibleModule, for atomic_move); sets ``backup_file``."""
-    for entry in entries:
+    """Write every changed entry (``module``: the AnsibleModule, for atomic_move); sets ``backup_file``.
+
+    HostFilesError where one cannot be written; that entry and the ones after it are then marked unchanged
+    (nothing of them was written: each file is replaced whole or not at all), so that the result still says
+    what was."""
+    for done, entry in enumerate(entries):
         if not entry["changed"]:
             continue
         path = entry["path"]
@@ -328,8 +333,10 @@ def apply_entries(module, entries):
                 if not new and entry["kind"] != "toolkit" and _mode_of(path) != FILE_MODE:
                     os.chmod(path, FILE_MODE)
         except OSError as exc:
+            for left in entries[done:]:
+                left["changed"] = False
             raise HostFilesError(
-                f"cannot {'remove' if entry['action'] == 'remove' else 'write'} {path}: {exc}"
+                f"cannot {'remove' if entry['action'] == 'remove' else 'write'} {path}: {os_reason(exc)}"
             ) from None
 
 
@@ -391,6 +398,12 @@ def changed_units(entries):
     return pinned, released
 
 
+def is_labelled(entry):
+    """Whether writing ``entry`` gives a file the SELinux label AnsibleModule sets: a file created or replaced (a
+    mode, a removal and a folder made with ``os.makedirs`` are the same on both ways)."""
+    return entry["changed"] and entry["kind"] != "directory" and entry["action"] in ("create", "write")
+
+
 def host_files(module, params, check_mode=False, with_diff=False):
     """Plan, then (unless ``check_mode``) write; the module's result. Refusals raise HostFilesError.
 
@@ -405,9 +418,13 @@ def host_files(module, params, check_mode=False, with_diff=False):
         if units:
             find_systemctl(module, units, check_mode)
     if not check_mode:
-        if isinstance(module, LeanHost) and any(entry["changed"] for entry in plan["entries"]):
+        if isinstance(module, LeanHost) and any(map(is_labelled, plan["entries"])):
             module.ready_to_write()  # (RunTheModule where SELinux labels files: nothing is written yet)
-        apply_entries(module, plan["entries"])
+        try:
+            apply_entries(module, plan["entries"])
+        except HostFilesError as exc:  # (the files before the one that failed are written: said)
+            exc.result = dict(result_of(plan, with_diff), daemon_reloaded=False)
+            raise
     result = result_of(plan, with_diff)
     result["daemon_reloaded"] = False
     return result

@@ -15,8 +15,9 @@ callers:
   owner, with the folder's group where the folder is set-group-ID (as ``atomic_move`` of ansible-core
   2.19 leaves them);
 * SELinux labels are the one thing it does not set: where SELinux is on (:func:`selinux_enabled`), a work
-  that writes raises ``_errors.RunTheModule`` before its first write, and the action plugin runs the module,
-  whose AnsibleModule labels a new file with the policy's default and keeps an existing file's label.
+  that would create or replace a file raises ``_errors.RunTheModule`` before its first write, and the action
+  plugin runs the module, whose AnsibleModule labels a new file with the policy's default and keeps an existing
+  file's label (a mode or a removal alone needs no label: the program does those itself).
 
 Standard library only: managed hosts run Python 3.8 to 3.13.
 """

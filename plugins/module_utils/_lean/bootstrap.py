@@ -154,14 +154,8 @@ def run(request):
         except errors.RunTheModule as exc:
             return {RUN_MODULE: str(exc) or "this host needs the module"}
         except errors.GpusplitError as exc:
-            answer = dict(exc.result or {})
-            answer.setdefault("changed", False)
-            answer.update(
-                failed=True,
-                msg=errors.refusal_text("", exc),
-                errors=list(exc.errors),
-                invocation={"module_args": params},
-            )
+            answer = errors.refusal_answer(exc, changed=False)
+            answer.update(failed=True, invocation={"module_args": params})
             return answer
         warnings = []
         for text in result.pop("warnings", None) or []:

@@ -240,6 +240,29 @@ def test_where_selinux_is_on_the_program_writes_nothing_and_asks_for_the_module(
     assert rc == 0 and answer["changed"] is False
 
 
+def test_where_selinux_is_on_a_mode_or_a_removal_alone_needs_no_module(twins):
+    host = twins["hosts"]["lean"]
+    assert lean_run(twins, options(host))[1]["changed"] is True
+    env = host / "etc" / "gpusplit" / "host-gpus.env"
+    os.chmod(env, 0o600)
+    stale = host / "etc" / "systemd" / "system" / "gone.service.d" / "50-gpusplit.conf"
+    stale.parent.mkdir()
+    stale.write_text(MARKER + "\n")
+    twins["table"].write_text("selinuxfs /sys/fs/selinux selinuxfs rw 0 0\n")
+    rc, answer = lean_run(twins, options(host))
+    assert rc == 0 and RUN_MODULE not in answer and answer["changed"] is True
+    assert answer["released_units"] == ["gone.service"] and not stale.exists()
+    assert stat.S_IMODE(os.stat(env).st_mode) == 0o644
+
+
+def test_a_refusal_after_a_warning_keeps_both_as_the_module(twins):
+    for host in twins["hosts"].values():
+        (host / "var" / "lib").mkdir(parents=True)
+        (host / "var" / "lib" / "gpusplit").write_text("a file where the record's folder should be\n")
+    answer = both(twins, options, STANDIN_RC="1")
+    assert answer["failed"] is True and answer["changed"] is True and answer["warnings"]
+
+
 BAD_OPTIONS = [
     {"env_path": "/etc/gpusplit/host-gpus.env"},
     {"dropin_dir": "/etc/systemd/system"},

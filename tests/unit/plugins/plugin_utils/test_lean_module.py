@@ -354,3 +354,13 @@ def test_each_warning_is_said_once():
     )
     rc, answer = run_program(lean.build_program(work, {}, packed=packed), host_env())
     assert rc == 0 and answer["warnings"] == ["a", "b"] and answer["changed"] is False
+
+
+def test_options_reach_the_host_as_ansible_core_encodes_a_modules_arguments():
+    # a YAML date or a set in an option's value: what the module would get, not a crash on the controller
+    import datetime
+
+    program = lean.build_program(ENTRY, {"when": datetime.date(2026, 12, 3), "which": {"a"}}, packed="x")
+    request = program.rsplit('", "', 1)[1].split('"')[0]
+    params = json.loads(base64.b64decode(request))["params"]
+    assert params == {"when": "2026-12-03", "which": ["a"]}

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import os
 import stat
 
 import pytest
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     file_diff,
     is_inside,
+    os_reason,
     read_text,
     write_atomic,
 )
@@ -93,3 +97,19 @@ def test_the_control_plane_reads_with_the_same_reader():
 
     assert health.read_text is read_text
     assert not hasattr(module_io, "read_file") and not hasattr(yaml_text, "read_utf8")
+
+
+def test_a_move_that_fails_is_an_oserror_with_the_systems_words_through_either_host(tmp_path):
+    # ansible-core's atomic_move raises a plain Exception where its workaround did not help; write_atomic says
+    # it as the lean host's rename does, so that a caller names the file instead of crashing
+    with patch_module_args({}):
+        module = AnsibleModule(argument_spec={})
+    reasons = []
+    for name, host in (("module", module), ("lean", LeanHost())):
+        folder = tmp_path / name
+        (folder / "dest").mkdir(parents=True)  # a folder cannot be replaced by a file
+        with pytest.raises(OSError) as caught:
+            write_atomic(host, str(folder / "dest"), "text\n")
+        reasons.append(os_reason(caught.value))
+        assert sorted(os.listdir(folder)) == ["dest"]  # no temporary file left
+    assert reasons == ["Is a directory", "Is a directory"]

@@ -466,3 +466,30 @@ def test_systemctl_gone_after_writing_says_the_files_are_written(tmp_path, monke
     assert message.startswith("`systemctl daemon-reload` failed (not run: systemctl is not on this host). ")
     assert "The files were already written (drop-ins of trainer.service)" in message
     assert "gpusplit_systemd_reload: false" in message
+
+
+def test_a_write_that_fails_part_way_says_what_was_written(tmp_path):
+    # each file is replaced whole or not at all; the refusal's result keeps the files written before the one
+    # that failed (changed, their units), so that the run says the host changed
+    class FailsSecond(Host):
+        def __init__(self):
+            super().__init__()
+            self.moves = 0
+
+        def atomic_move(self, src, dest):
+            self.moves += 1
+            if self.moves == 2:
+                raise PermissionError(13, "Permission denied", dest)
+            super().atomic_move(src, dest)
+
+    root = host_root(tmp_path, toolkit=False)
+    with pytest.raises(HostFilesError) as caught:
+        host_files(FailsSecond(), params(root, units=("trainer.service", "jupyter.service"), toolkit=False))
+    message = caught.value.errors[0]
+    assert message.startswith("cannot write ") and message.endswith(": Permission denied")
+    result = caught.value.result
+    written = [f["path"] for f in result["files"] if f["changed"] and f["kind"] != "directory"]
+    assert result["changed"] is True and len(written) == 1 and Path(written[0]).exists()
+    failed = message[len("cannot write ") : -len(": Permission denied")]
+    assert not Path(failed).exists() and failed not in written
+    assert result["daemon_reloaded"] is False
