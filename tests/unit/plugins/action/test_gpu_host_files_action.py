@@ -7,14 +7,13 @@ connection."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from ansible_collections.gpusplit.k8s.tests.unit.playbook_run import run_play
 
 ROOT = Path(__file__).resolve().parents[4]
 BIN = Path(sys.executable).parent
@@ -68,38 +67,6 @@ def task(register, root, environment, **extra):
     }
 
 
-def run_play(tmp_path, tasks, **env):
-    results = tmp_path / "results.json"
-    keep = {
-        "name": "Keep the results",
-        "ansible.builtin.copy": {
-            "content": "{{ {"
-            + ", ".join(f"'{t['register']}': {t['register']}" for t in tasks)
-            + "} | to_json }}",
-            "dest": str(results),
-            "mode": "0644",
-        },
-    }
-    play = [{"name": "Host files", "hosts": "localhost", "gather_facts": False, "tasks": [*tasks, keep]}]
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play))
-    remote = tmp_path / "remote"
-    remote.mkdir(exist_ok=True)
-    run_env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_REMOTE_TMP=str(remote),
-        **env,
-    )
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
-         f"ansible_python_interpreter={sys.executable}", "-vvv", "--diff", str(tmp_path / "play.yml")],
-        cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    return json.loads(results.read_text()), done.stdout, remote
-
-
 def comparable(result, root):
     """A registered result with its host root and backup stamps written alike, without what says how it ran."""
     drop = {"ansible_job_id", "finished", "results_file", "started", "stdout", "stdout_lines", "stderr",
@@ -130,7 +97,9 @@ def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(pipelinin
         task("selinux", roots["selinux"], selinux),
         task("again", roots["lean"], plain),
     ]
-    results, output, remote = run_play(tmp_path, tasks, ANSIBLE_PIPELINING=pipelining)
+    results, output, remote = run_play(
+        tmp_path, tasks, "Host files", ("-vvv", "--diff"), ANSIBLE_PIPELINING=pipelining
+    )
     for name, module in (("check", "check_module"), ("lean", "module")):
         assert comparable(results[name], roots["lean"]) == comparable(results[module], roots["module"])
     assert results["check"]["changed"] is True and results["check"]["diff"]
@@ -154,7 +123,9 @@ def test_a_bad_option_fails_before_anything_reaches_the_host(tmp_path):
         {"name": "sub", "gpusplit.k8s.gpu_host_files": {"dropins": [{"path": "/x"}]}, "register": "sub",
          "ignore_errors": True},
     ]  # fmt: skip
-    results, output, remote = run_play(tmp_path, tasks, ANSIBLE_PIPELINING="0", ANSIBLE_KEEP_REMOTE_FILES="1")
+    results, output, remote = run_play(
+        tmp_path, tasks, "Host files", ANSIBLE_PIPELINING="0", ANSIBLE_KEEP_REMOTE_FILES="1"
+    )
     assert results["bad"]["msg"] == "parameters are required together: env_path, env_content"
     assert results["sub"]["msg"] == "missing required arguments: unit found in dropins"
     kept = [path.name for folder in remote.iterdir() for path in folder.iterdir()]

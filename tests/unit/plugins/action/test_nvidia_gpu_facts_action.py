@@ -5,14 +5,12 @@ reaches the host. No lab: the host is this machine over the local connection, it
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
+
+from ansible_collections.gpusplit.k8s.tests.unit.playbook_run import run_play
 
 ROOT = Path(__file__).resolve().parents[4]
 BIN = Path(sys.executable).parent
@@ -22,41 +20,6 @@ PROC = ROOT / "tests" / "fixtures" / "proc"
 
 ARGS = {"backend": "auto", "proc_root": str(PROC), "nvidia_smi_path": str(FAKES / "bin" / "nvidia-smi")}
 ENVIRONMENT = {"PYTHONPATH": str(FAKES), "GPUSPLIT_FAKE_NVML_FIXTURE": str(FIXTURE)}
-
-
-def play(tasks, results):
-    keep = {
-        "name": "Keep the results",
-        "ansible.builtin.copy": {
-            "content": "{{ {"
-            + ", ".join(f"'{t['register']}': {t['register']}" for t in tasks)
-            + "} | to_json }}",
-            "dest": str(results),
-            "mode": "0644",
-        },
-    }
-    return [{"name": "GPU facts", "hosts": "localhost", "gather_facts": False, "tasks": [*tasks, keep]}]
-
-
-def run_play(tmp_path, tasks, **env):
-    results = tmp_path / "results.json"
-    (tmp_path / "play.yml").write_text(yaml.safe_dump(play(tasks, results)))
-    remote = tmp_path / "remote"
-    remote.mkdir(exist_ok=True)
-    run_env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_REMOTE_TMP=str(remote),
-        **env,
-    )
-    done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
-         f"ansible_python_interpreter={sys.executable}", "-vvv", str(tmp_path / "play.yml")],
-        cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    return json.loads(results.read_text()), done.stdout, remote
 
 
 def task(register, args=None, **extra):
@@ -96,7 +59,7 @@ def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(pipelinin
         if "async_" in item:
             del item["async_"]
             item.update({"async": 60, "poll": 1})
-    results, output, remote = run_play(tmp_path, tasks, ANSIBLE_PIPELINING=pipelining)
+    results, output, remote = run_play(tmp_path, tasks, "GPU facts", ANSIBLE_PIPELINING=pipelining)
     assert results["lean"]["ansible_facts"]["nvidia_gpus"], results["lean"]
     assert comparable(results["lean"]) == comparable(results["module"])
     assert comparable(results["smi"]) == comparable(results["smi_module"])
@@ -116,7 +79,9 @@ def test_a_bad_option_fails_before_anything_reaches_the_host(tmp_path):
         task("unknown", {"bogus": 1}, ignore_errors=True),
         task("bad_type", {"timeout": "soon"}, ignore_errors=True),
     ]
-    results, output, remote = run_play(tmp_path, tasks, ANSIBLE_PIPELINING="0", ANSIBLE_KEEP_REMOTE_FILES="1")
+    results, output, remote = run_play(
+        tmp_path, tasks, "GPU facts", ANSIBLE_PIPELINING="0", ANSIBLE_KEEP_REMOTE_FILES="1"
+    )
     assert results["bad_choice"]["failed"] is True
     assert (
         results["bad_choice"]["msg"] == "value of backend must be one of: auto, nvml, nvidia-smi, got: dcgm"
