@@ -170,8 +170,9 @@ def host_name(i: int) -> str:
     return f"{PREFIX}{i:04d}"
 
 
-def inventory(n: int) -> dict:
-    """The inventory of ``n`` bench hosts, the lab's fixtures and modes in turn."""
+def inventory(n: int, lab_dir: Path | None = None) -> dict:
+    """The inventory of ``n`` bench hosts, the lab's fixtures and modes in turn. With ``lab_dir`` (the lab's
+    folder), each host also names its own lab paths (see :func:`lab_host_vars`)."""
     hosts = {}
     for i in range(n):
         fixture, mode, split, services = MIX[i % len(MIX)]
@@ -180,8 +181,30 @@ def inventory(n: int) -> dict:
             hvars["gpusplit_split"] = split
         if services:
             hvars["gpusplit_host_services"] = services
+        if lab_dir is not None:
+            hvars.update(lab_host_vars(host_name(i), fixture, lab_dir))
         hosts[host_name(i)] = hvars
     return {"all": {"children": {"gpu_nodes": {"hosts": hosts}}}}
+
+
+def lab_host_vars(host: str, fixture: str, lab_dir: Path) -> dict:
+    """What inventory/lab works out for a lab host with expressions, named as values: the host's scratch root
+    and the fake NVML's environment (its fixture, the fakes on PYTHONPATH and PATH).
+
+    The lab's inventory finds the checkout, the lab folder and the controller's PATH with expressions (file
+    tests, lookups) so that it works from any checkout; every task that templates a path of a GPU host
+    evaluates them again, about 20 ms of controller CPU per host and task (2026-12-03: the discovery's worker
+    80 against 103 ms). A real fleet's inventory names its values, and it has no fake NVML: the bench measures
+    gpusplit, not the lab's self-location."""
+    fakes = ROOT / "tests" / "fakes"
+    return {
+        "gpusplit_host_root": str(lab_dir / "hosts" / host),
+        "gpusplit_discovery_environment": {
+            "PYTHONPATH": str(fakes),
+            "GPUSPLIT_FAKE_NVML_FIXTURE": str(ROOT / "tests" / "fixtures" / "gpus" / f"{fixture}.json"),
+            "PATH": f"{fakes / 'bin'}:{os.environ.get('PATH', '')}",
+        },
+    }
 
 
 def write_interpreter(workdir: Path) -> Path:
@@ -201,15 +224,23 @@ def write_inventory(n: int, workdir: Path) -> Path:
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     # the lab's own settings (local connection, fake NVML, scratch host roots, lab kubeconfig)
     shutil.copy(ROOT / "inventory" / "lab" / "group_vars" / "all.yml", inv / "group_vars" / "all.yml")
-    # the checkout as a plain path: the lab inventory finds it with an expression (file tests, realpath)
-    # that every task templating a lab path evaluates again, about 40 ms of controller CPU per host and
-    # task; a real fleet's inventory names its paths, and the bench measures gpusplit, not that lookup
+    # the checkout and the lab's paths as plain values: the lab inventory finds them with expressions (file
+    # tests, realpath, lookups) that every task templating a lab path evaluates again, about 40 ms of
+    # controller CPU per host and task for the checkout alone; a real fleet's inventory names its paths, and
+    # the bench measures gpusplit, not those lookups (each host's own: lab_host_vars)
+    # as inventory/lab names it (GPUSPLIT_LAB_DIR, else .lab in the checkout)
+    lab_dir = Path(os.environ.get("GPUSPLIT_LAB_DIR") or ROOT / ".lab")
     (inv / "group_vars" / "gpu_nodes.yml").write_text(
         yaml.safe_dump(
-            {"ansible_python_interpreter": str(write_interpreter(workdir)), "gpusplit_lab_root": str(ROOT)}
+            {
+                "ansible_python_interpreter": str(write_interpreter(workdir)),
+                "gpusplit_lab_root": str(ROOT),
+                "gpusplit_lab_dir": str(lab_dir),
+                "gpusplit_discovery_proc_root": str(ROOT / "tests" / "fixtures" / "proc"),
+            }
         )
     )
-    (inv / "hosts.yml").write_text(yaml.safe_dump(inventory(n), sort_keys=False))
+    (inv / "hosts.yml").write_text(yaml.safe_dump(inventory(n, lab_dir), sort_keys=False))
     return inv
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ast
 import base64
+import fcntl
 import json
 import os
 import zlib
@@ -131,7 +132,10 @@ def bundle(entry):
 def cached_bundle(entry, folder=None):
     """:func:`bundle`, kept in ``folder`` (the run's local temporary folder, which ansible-core removes at
     the end of the run; its AnsiballZ payloads are cached there too) for the other workers of the run:
-    finding and packing the files costs more than the rest of the task's worker."""
+    finding and packing the files costs more than the rest of the task's worker. One worker builds it
+    while the others of the first batch wait for it (a lock file beside it), as ansible-core builds an
+    AnsiballZ payload once: without the lock every worker of the first batch (as many as the forks)
+    built its own."""
     if not folder:
         return bundle(entry)
     path = Path(folder) / "gpusplit_lean" / f"{entry}.b64"
@@ -139,15 +143,27 @@ def cached_bundle(entry, folder=None):
         return path.read_text(encoding="ascii")
     except FileNotFoundError:
         pass
-    text = bundle(entry)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        partial.write_text(text, encoding="ascii")
-        os.replace(partial, path)  # whole or not at all, for a worker reading it at the same time
+        lock = os.open(path.with_name(f".{path.name}.lock"), os.O_RDWR | os.O_CREAT, 0o600)
     except OSError:  # not kept for the other workers: each builds its own
-        pass
-    return text
+        return bundle(entry)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed, by the process's end too
+        try:
+            return path.read_text(encoding="ascii")  # built by the worker that held the lock before
+        except FileNotFoundError:
+            pass
+        text = bundle(entry)
+        try:
+            partial = path.with_name(f".{path.name}.{os.getpid()}")
+            partial.write_text(text, encoding="ascii")
+            os.replace(partial, path)  # whole or not at all, for a worker reading it without the lock
+        except OSError:  # not kept for the other workers: each builds its own
+            pass
+        return text
+    finally:
+        os.close(lock)
 
 
 def build_program(

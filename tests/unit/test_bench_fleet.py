@@ -54,6 +54,62 @@ def test_the_gpu_hosts_name_the_checkout_as_a_plain_path(tmp_path):
     assert "{{" in lab_vars["gpusplit_lab_root"]  # localhost keeps the lab's own expression
 
 
+def test_the_gpu_hosts_name_the_values_the_lab_inventory_works_out(tmp_path):
+    """Each bench host names its lab paths and the fake NVML's environment as values; they are the values
+    the lab inventory's expressions give that host (templated by ansible itself)."""
+    import json
+    import os
+    import subprocess
+
+    import yaml
+
+    named = bench_fleet.write_inventory(2, tmp_path / "named")
+    hosts = yaml.safe_load((named / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["hosts"]
+    gpu_vars = yaml.safe_load((named / "group_vars" / "gpu_nodes.yml").read_text())
+    # the same hosts with the lab's expressions only
+    plain = tmp_path / "plain"
+    (plain / "group_vars").mkdir(parents=True)
+    (plain / "group_vars" / "all.yml").write_text(
+        (ROOT / "inventory" / "lab" / "group_vars" / "all.yml").read_text()
+    )
+    (plain / "group_vars" / "gpu_nodes.yml").write_text(yaml.safe_dump({"gpusplit_lab_root": str(ROOT)}))
+    (plain / "hosts.yml").write_text(yaml.safe_dump(bench_fleet.inventory(2)))
+    names = [
+        "gpusplit_host_root",
+        "gpusplit_discovery_environment",
+        "gpusplit_discovery_proc_root",
+        "gpusplit_lab_dir",
+    ]
+    expression = "{{ {" + ", ".join(f"'{name}': {name}" for name in names) + "} | to_json }}"
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).parent / "ansible"),
+            "gpu_nodes",
+            "-i",
+            str(plain),
+            "-o",
+            "-m",
+            "ansible.builtin.debug",
+            "-a",
+            f"msg={expression}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg")),
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    worked_out = {}
+    for line in done.stdout.splitlines():
+        host, _sep, answer = line.partition(" | SUCCESS => ")
+        worked_out[host.strip()] = json.loads(json.loads(answer)["msg"])
+    assert sorted(worked_out) == sorted(hosts)
+    for host, values in worked_out.items():
+        named_values = dict(gpu_vars, **hosts[host])
+        assert {name: named_values[name] for name in names} == values
+
+
 def test_writes_leave_out_reads_dry_runs_and_what_the_lab_writes_on_its_own():
     parsed = bench_fleet.parse_writes(METRICS)
     assert parsed == {

@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -142,6 +143,37 @@ def test_the_bundle_is_built_once_per_run_and_shared(tmp_path):
     assert lean.cached_bundle(ENTRY, tmp_path) == "dGhlIGNhY2hlZCBvbmU="
     unpacked = json.loads(zlib.decompress(base64.b64decode(first)))
     assert unpacked["sources"][ENTRY] == (ROOT / "plugins" / "module_utils" / "_gpu" / "facts.py").read_text()
+
+
+def test_the_first_batch_of_workers_builds_the_bundle_once(tmp_path, monkeypatch):
+    """Workers forked at once (the first batch, as many as the forks) wait for one build instead of each
+    building its own."""
+    builds = tmp_path / "builds"
+    real = lean.bundle
+
+    def slow_bundle(entry):
+        with builds.open("a") as handle:
+            handle.write(f"{os.getpid()}\n")
+        time.sleep(0.3)  # the others arrive while it builds
+        return real(entry)
+
+    monkeypatch.setattr(lean, "bundle", slow_bundle)
+    folder = tmp_path / "run"
+    folder.mkdir()
+    children = []
+    for index in range(6):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                (tmp_path / f"got-{index}").write_text(lean.cached_bundle(ENTRY, folder))
+                code = 0
+            finally:
+                os._exit(code)
+        children.append(pid)
+    assert [os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1]) for pid in children] == [0] * 6
+    assert len(builds.read_text().split()) == 1
+    assert {(tmp_path / f"got-{index}").read_text() for index in range(6)} == {real(ENTRY)}
 
 
 # --- the options, checked on the controller --------------------------------------------------------------------
