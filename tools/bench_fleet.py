@@ -224,11 +224,9 @@ def write_inventory(n: int, workdir: Path) -> Path:
     (inv / "group_vars").mkdir(parents=True, exist_ok=True)
     # the lab's own settings (local connection, fake NVML, scratch host roots, lab kubeconfig)
     shutil.copy(ROOT / "inventory" / "lab" / "group_vars" / "all.yml", inv / "group_vars" / "all.yml")
-    # the checkout and the lab's paths as plain values: the lab inventory finds them with expressions (file
-    # tests, realpath, lookups) that every task templating a lab path evaluates again, about 40 ms of
-    # controller CPU per host and task for the checkout alone; a real fleet's inventory names its paths, and
-    # the bench measures gpusplit, not those lookups (each host's own: lab_host_vars)
-    # as inventory/lab names it (GPUSPLIT_LAB_DIR, else .lab in the checkout)
+    # the checkout and the lab's paths as plain values, as a fleet's inventory names its own (why: lab_host_vars;
+    # the checkout's expression alone cost about 40 ms of controller CPU per host and task); the lab folder as
+    # inventory/lab names it (GPUSPLIT_LAB_DIR, else .lab in the checkout)
     lab_dir = Path(os.environ.get("GPUSPLIT_LAB_DIR") or ROOT / ".lab")
     (inv / "group_vars" / "gpu_nodes.yml").write_text(
         yaml.safe_dump(
