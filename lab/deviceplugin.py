@@ -35,14 +35,25 @@ CONFLICT = "gpusplit.io/lab-device-plugin-conflict"
 PLUGIN_IMAGE_HINT = "k8s-device-plugin"
 
 
+# fixture name -> ((mtime_ns, size), the GPUs): the simulators read every node's fixture on every tick
+_FIXTURE_CACHE: dict[str, tuple[tuple[int, int], list[dict]]] = {}
+
+
 def fixture_gpus(fixture: str) -> list[dict]:
+    """The GPUs of a fixture that a plugin could see (not lost), read again only when the file changed."""
     path = FIXTURES / f"{fixture}.json"
-    if not path.exists():
+    try:
+        st = path.stat()
+    except FileNotFoundError:
         return []
-    doc = json.loads(path.read_text())
-    if doc.get("nvml_init_error") or doc.get("smi_no_driver"):
-        return []
-    return [g for g in doc.get("gpus", []) if not g.get("lost")]
+    stamp = (st.st_mtime_ns, st.st_size)
+    cached = _FIXTURE_CACHE.get(fixture)
+    if cached is None or cached[0] != stamp:
+        doc = json.loads(path.read_text())
+        gpus = [] if doc.get("nvml_init_error") or doc.get("smi_no_driver") else doc.get("gpus", [])
+        cached = (stamp, [g for g in gpus if not g.get("lost")])
+        _FIXTURE_CACHE[fixture] = cached
+    return [dict(g) for g in cached[1]]
 
 
 def visible_gpus(gpus: list[dict], container: dict) -> list[dict]:
@@ -103,20 +114,48 @@ def plugin_container(pod: dict) -> dict:
     )
 
 
-def running_plugins(api: client.ApiClient) -> dict[str, list[tuple]]:
+# what one tick of the supervisor reads, shared by the simulators it ticks (each used to read it
+# on its own): time of the read -> the lists
+_VIEW: dict = {"at": None, "view": None}
+VIEW_MAX_AGE = 1.0
+
+
+def cluster_view(api: client.ApiClient, max_age: float = VIEW_MAX_AGE) -> dict:
+    """{"nodes": the lab's nodes, "daemonsets": every DaemonSet, "pods": every pod}, as plain JSON, read
+    at most once per ``max_age`` seconds (0: always read)."""
+    now = time.monotonic()
+    if _VIEW["at"] is None or max_age <= 0 or now - _VIEW["at"] > max_age:
+        core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+
+        # the answer's JSON as it is: the client's models cost about a millisecond per object to build and
+        # as much to turn back into dicts; at 200 nodes the simulators spent a third of a core on them (the
+        # collection reads its lists the same way, module_utils/_k8s/client.py list_json, which the
+        # supervisor cannot import: it runs without the collection on its path)
+        def items(call, **query):
+            return json.loads(call(_preload_content=False, **query).data).get("items") or []
+
+        _VIEW["view"] = {
+            "nodes": items(core.list_node, label_selector=FIXTURE_LABEL),
+            "daemonsets": items(apps.list_daemon_set_for_all_namespaces),
+            "pods": items(core.list_pod_for_all_namespaces),
+        }
+        _VIEW["at"] = now
+    return _VIEW["view"]
+
+
+def running_plugins(api: client.ApiClient, view: dict | None = None) -> dict[str, list[tuple]]:
     """node -> [((namespace, DaemonSet), pod), ...] of the running device-plugin pods, oldest first:
-    the last one is the plugin whose registration the kubelet keeps."""
-    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    daemonsets = api.sanitize_for_serialization(apps.list_daemon_set_for_all_namespaces().items)
+    the last one is the plugin whose registration the kubelet keeps. ``view``: a :func:`cluster_view`
+    (default: read now)."""
+    view = view if view is not None else cluster_view(api, max_age=0)
     plugins = {
         (ds["metadata"]["namespace"], ds["metadata"]["name"]): ds
-        for ds in daemonsets
+        for ds in view["daemonsets"]
         if any(PLUGIN_IMAGE_HINT in c.get("image", "") for c in ds["spec"]["template"]["spec"]["containers"])
     }
     running: dict[str, list[tuple]] = {}
     if plugins:
-        pods = api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
-        for pod in pods:
+        for pod in view["pods"]:
             owner = next(
                 (o for o in pod["metadata"].get("ownerReferences") or [] if o.get("kind") == "DaemonSet"),
                 None,
@@ -166,9 +205,9 @@ class DevicePluginSimulator(TickedSimulator):
     def sync(self) -> None:
         api = self.api()
         core = client.CoreV1Api(api)
-        nodes = api.sanitize_for_serialization(core.list_node(label_selector=FIXTURE_LABEL).items)
-        running = running_plugins(api)
-        for node in nodes:
+        view = cluster_view(api)
+        running = running_plugins(api, view)
+        for node in view["nodes"]:
             self.sync_node(core, node, running.get(node["metadata"]["name"], []))
 
     def sync_node(self, core: client.CoreV1Api, node: dict, plugin_pods: list[tuple]) -> None:

@@ -388,15 +388,11 @@ class PodResourcesSimulator(dp.TickedSimulator):
 
     def sync(self) -> None:
         api = self.api()
-        core = client.CoreV1Api(api)
-        nodes = api.sanitize_for_serialization(core.list_node(label_selector=FIXTURE_LABEL).items)
+        view = dp.cluster_view(api)
+        nodes = view["nodes"]
         names = {n["metadata"]["name"] for n in nodes}
-        pods = [
-            p
-            for p in api.sanitize_for_serialization(core.list_pod_for_all_namespaces().items)
-            if (p.get("spec") or {}).get("nodeName") in names
-        ]
-        running = dp.running_plugins(api)
+        pods = [p for p in view["pods"] if (p.get("spec") or {}).get("nodeName") in names]
+        running = dp.running_plugins(api, view)
         claims = self.claims(pods)
         for node in nodes:
             name = node["metadata"]["name"]

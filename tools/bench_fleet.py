@@ -31,6 +31,7 @@ N, and of the re-run's controller CPU seconds. The bench's Nodes, host roots and
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -348,6 +349,47 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def lab_processes() -> dict[str, int]:
+    """name -> pid of the lab's own processes: its control plane and kwok (the supervisor's state file),
+    and the supervisor, which runs the device-plugin and pod-resources simulators."""
+    from lab import lab
+
+    found = {}
+    with contextlib.suppress(OSError, ValueError):
+        found["supervisor"] = int(lab.PIDFILE.read_text().strip())
+    with contextlib.suppress(OSError, ValueError):
+        for name, state in json.loads(lab.STATE.read_text()).items():
+            if state.get("pid"):
+                found[name] = int(state["pid"])
+    return found
+
+
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds of a process and of its children reaped so far, from /proc (None: gone)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def steal_seconds() -> float:
+    """CPU seconds the machine's hypervisor took from this machine's CPUs so far (/proc/stat steal)."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+        return int(fields[8]) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+def lab_cpu_between(before: dict[str, float | None], after: dict[str, float | None]) -> dict[str, float]:
+    """CPU seconds each lab process spent between two readings (a process that restarted is left out)."""
+    return {
+        name: round(after[name] - before[name], 1)
+        for name in before
+        if before[name] is not None and after.get(name) is not None and after[name] >= before[name]
+    }
+
+
 def module_cpu(path: Path) -> tuple[int, float]:
     """(module processes, their CPU seconds) from the interpreter wrapper's file."""
     if not path.exists():
@@ -386,12 +428,17 @@ def run_site(
         str(ROOT / "playbooks" / "site.yml"),
     ]
     log = workdir / f"site-{label}.log"
+    procs = lab_processes()
+    lab_before = {name: process_cpu(pid) for name, pid in procs.items()}
+    steal_before = steal_seconds()
     cpu_before = children_cpu()
     start = time.monotonic()
     with log.open("w") as handle:
         rc = subprocess.run(cmd, cwd=ROOT, env=env, stdout=handle, stderr=subprocess.STDOUT).returncode
     seconds = time.monotonic() - start
     cpu = children_cpu() - cpu_before
+    steal = steal_seconds() - steal_before
+    lab_cpu = lab_cpu_between(lab_before, {name: process_cpu(pid) for name, pid in procs.items()})
     module_runs, host_cpu = module_cpu(modules)
     data = json.loads(counts.read_text()) if counts.exists() else {}
     return {
@@ -401,6 +448,8 @@ def run_site(
         "host_module_runs": module_runs,
         "host_module_cpu_s": host_cpu,
         "controller_cpu_s": cpu - host_cpu,
+        "lab_cpu_s": lab_cpu,
+        "steal_s": round(steal, 1),
         "log": str(log),
         **data,
     }
@@ -460,6 +509,12 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_va
             "controller_cpu_s_rerun": round(again["controller_cpu_s"], 1),
             "host_module_cpu_s_rerun": round(again["host_module_cpu_s"], 1),
             "host_module_runs_rerun": again["host_module_runs"],
+            # the lab's own processes (its control plane, kwok, the simulators' supervisor): on a fleet they are
+            # the cluster's and the hosts' kubelets, not the controller's; and the hypervisor's steal
+            "lab_cpu_s_first": first["lab_cpu_s"],
+            "lab_cpu_s_rerun": again["lab_cpu_s"],
+            "steal_s_first": first["steal_s"],
+            "steal_s_rerun": again["steal_s"],
             "load_before": [round(x, 2) for x in load_before],
             "apiserver": writes_between(before, after),
             "host_tasks_rerun": again.get("by_task", {}),
@@ -478,7 +533,8 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_va
 
 HEADER = (
     "| GPU hosts | first run s | re-run s | re-run/first | module executions per host | tasks per host"
-    " | re-run changed | re-run apiserver writes | re-run CPU s: controller / GPU hosts' modules | load average |"
+    " | re-run changed | re-run apiserver writes | re-run CPU s: controller / GPU hosts' modules"
+    " | the lab's own CPU s: first / re-run | load average |"
 )
 
 
@@ -490,6 +546,7 @@ def print_row(row: dict, flush: bool = False) -> None:
         f"| {row['hosts']} | {row['first_s']} | {row['rerun_s']} | {ratio:.0%} | "
         f"{row['modules_per_host_rerun']} | {row['tasks_per_host_rerun']} | {row['changed_rerun']} | "
         f"{row['apiserver']['writes']}{rc} | {row['controller_cpu_s_rerun']} / {row['host_module_cpu_s_rerun']} | "
+        f"{sum(row.get('lab_cpu_s_first', {}).values()):.1f} / {sum(row.get('lab_cpu_s_rerun', {}).values()):.1f} | "
         f"{load} |",
         flush=flush,
     )
@@ -553,7 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         + (f", extra vars {args.extra_vars}" if args.extra_vars else "")
     )
     print(HEADER)
-    print("|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     try:
         rows = bench(sizes, args.forks, workdir, extra_env, tuple(args.extra_vars))
     finally:
@@ -573,6 +630,11 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         if row["apiserver"]["by_kind"]:
             print(f"{row['hosts']} hosts, re-run writes: {row['apiserver']['by_kind']}")
+        if row["steal_s_first"] or row["steal_s_rerun"]:
+            print(
+                f"{row['hosts']} hosts: the hypervisor took {row['steal_s_first']} s (first run) and "
+                f"{row['steal_s_rerun']} s (re-run) of CPU from this machine"
+            )
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps({"load": load, "forks": args.forks, "rows": rows}, indent=1))

@@ -182,3 +182,32 @@ def test_the_kubelets_token_requests_are_the_labs_own_writes():
         'scope="resource",subresource="token",verb="POST",version="v1"} 4\n'
     )
     assert bench_fleet.parse_writes(line) == {"writes": {}, "dry_run": 0, "background": 4}
+
+
+def test_a_processs_cpu_is_read_from_proc_and_a_gone_one_is_left_out(tmp_path):
+    import os
+    import subprocess
+
+    busy = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import time\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\ninput()",
+        ],
+        stdin=subprocess.PIPE,
+    )
+    try:
+        before = {"busy": bench_fleet.process_cpu(busy.pid), "me": bench_fleet.process_cpu(os.getpid())}
+        import time
+
+        deadline = time.monotonic() + 30
+        while bench_fleet.process_cpu(busy.pid) < 0.3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        after = {"busy": bench_fleet.process_cpu(busy.pid), "me": None}
+    finally:
+        busy.communicate(b"\n")
+    spent = bench_fleet.lab_cpu_between(before, after)
+    assert list(spent) == ["busy"] and spent["busy"] >= 0.2
+    assert bench_fleet.process_cpu(busy.pid) is None  # reaped: no /proc entry
+    assert bench_fleet.lab_cpu_between({"restarted": 9.0}, {"restarted": 1.0}) == {}
+    assert bench_fleet.steal_seconds() >= 0.0
