@@ -12,8 +12,9 @@ module_utils/_lean/bootstrap.py instead:
 1. the task's options are checked on the controller against the module's argument spec (the same
    validator and the same messages as AnsibleModule's; options of type path are expanded on the host);
    a bad option fails the task before anything reaches the host;
-2. the interpreter is the module's (``ansible_python_interpreter`` or its discovery, through
-   ``_configure_module``), the environment the task's, become the task's;
+2. the interpreter is the module's (``ansible_python_interpreter`` or its discovery, through ansible-core's
+   own ``_get_shebang`` and ``discover_interpreter``; not ``_configure_module``, which builds the module's
+   whole AnsiballZ payload to give the same line), the environment the task's, become the task's;
 3. the program (the bootstrap, the module_utils the work imports, the options) goes through the
    connection's stdin where it pipelines, else as a file in the remote temporary folder, which is removed
    afterwards as a module's is;
@@ -34,6 +35,9 @@ import zlib
 from pathlib import Path
 
 from ansible import constants as C
+from ansible.errors import AnsibleActionFail
+from ansible.executor.interpreter_discovery import InterpreterDiscoveryRequiredError, discover_interpreter
+from ansible.executor.module_common import _get_shebang
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.common.json import Direction, get_module_encoder
 from ansible.module_utils.errors import UnsupportedError
@@ -265,7 +269,7 @@ class LeanModuleAction(ActionBase):
         if message:
             result.update(failed=True, changed=False, msg=message)
             return result
-        built, _unused = self._configure_module(module_name=module_name, module_args={}, task_vars=task_vars)
+        shebang = self._shebang(task_vars)
         program = build_program(
             self.ENTRY,
             params,
@@ -274,7 +278,7 @@ class LeanModuleAction(ActionBase):
             packed=cached_bundle(self.ENTRY, C.DEFAULT_LOCAL_TMP),
             diff=self._task.diff,
         )
-        answer = self._run_program(built.shebang, program.encode("utf-8"))
+        answer = self._run_program(shebang, program.encode("utf-8"))
         if RUN_MODULE in answer:  # the work changed nothing and asked for the module (SELinux labels)
             display.vvv(
                 f"{module_name}: {answer[RUN_MODULE]}; running the module",
@@ -283,6 +287,34 @@ class LeanModuleAction(ActionBase):
             answer = self._run_module(task_vars)
         result.update(answer)
         return result
+
+    def _shebang(self, task_vars):
+        """The line ``_configure_module`` would give the module (``#!`` and its interpreter), without building the
+        module's payload: ``_configure_module`` builds the whole AnsiballZ zip for it (the first worker of a run
+        under a lock the others wait on; then on every host, the payload read back and wrapped). The interpreter
+        discovery, where the host's interpreter is ``auto``, runs and is returned as a fact as ``_configure_module``
+        does it (a delegated task's on the delegated host's facts)."""
+        delegate = self._task.delegate_to
+        host_vars = task_vars["ansible_delegated_vars"][delegate] if delegate else task_vars
+        remote_is_local = bool(getattr(self._connection, "_remote_is_local", False))
+        for _attempt in (1, 2):  # a second time with the discovered interpreter
+            try:
+                # our modules' own line is #!/usr/bin/python, which _get_shebang reads as ansible_python_interpreter
+                return _get_shebang(
+                    "/usr/bin/python", host_vars, self._templar, remote_is_local=remote_is_local
+                )[0]
+            except InterpreterDiscoveryRequiredError as needed:
+                self._discovered_interpreter = discover_interpreter(
+                    action=self,
+                    interpreter_name=needed.interpreter_name,
+                    discovery_mode=needed.discovery_mode,
+                    task_vars=host_vars,
+                )
+                key = f"discovered_interpreter_{needed.interpreter_name}"
+                host_vars.setdefault("ansible_facts", {})[key] = self._discovered_interpreter
+                if not delegate or self._task.delegate_facts:
+                    self._discovered_interpreter_key = key  # returned to the controller with the answer
+        raise AnsibleActionFail("the interpreter discovery gave no interpreter")
 
     def _run_module(self, task_vars):
         """The module itself, as ansible-core's own action runs it (an asynchronous task wrapped where the

@@ -13,10 +13,11 @@ ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
 
-def run_play(tmp_path, tasks, name="Tasks", options=("-vvv",), **env):
+def run_play(tmp_path, tasks, name="Tasks", options=("-vvv",), interpreter=sys.executable, **env):
     """``(results, output, remote)``: every task's registered result by its ``register`` name, ansible-playbook's
     output, and the folder given as the remote temporary folder. ``options`` go to ansible-playbook, ``env`` to
-    its environment."""
+    its environment; ``interpreter`` is the host's ``ansible_python_interpreter`` (None: none, so that ansible-core
+    discovers one)."""
     results = tmp_path / "results.json"
     keep = {
         "name": "Keep the results",
@@ -40,8 +41,9 @@ def run_play(tmp_path, tasks, name="Tasks", options=("-vvv",), **env):
         **env,
     )
     done = subprocess.run(
-        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local", "-e",
-         f"ansible_python_interpreter={sys.executable}", *options, str(tmp_path / "play.yml")],
+        [str(BIN / "ansible-playbook"), "-i", "localhost,", "-c", "local",
+         *(["-e", f"ansible_python_interpreter={interpreter}"] if interpreter else []),
+         *options, str(tmp_path / "play.yml")],
         cwd=ROOT, env=run_env, capture_output=True, text=True, timeout=300,
     )  # fmt: skip
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]

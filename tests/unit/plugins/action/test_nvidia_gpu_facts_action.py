@@ -94,3 +94,31 @@ def test_a_bad_option_fails_before_anything_reaches_the_host(tmp_path):
     assert "gpusplit_lean.py" not in output
     kept = [path.name for folder in remote.iterdir() for path in folder.iterdir()]
     assert not any("nvidia_gpu_facts" in name or "gpusplit_lean" in name for name in kept), kept
+
+
+def test_an_interpreter_left_to_discovery_is_discovered_and_returned_as_for_a_module(tmp_path):
+    """No ansible_python_interpreter: the program runs with the interpreter ansible-core's discovery finds, and the
+    task returns it as a fact as a module's task does (the program's own Python says which one ran it). The
+    discovery looks along PATH for the names of INTERPRETER_PYTHON_FALLBACK: here each is this Python, in a folder
+    first on PATH, so that what this machine has elsewhere does not matter."""
+    from ansible import constants as C
+
+    found = tmp_path / "bin"
+    found.mkdir()
+    for name in C.config.get_config_value("INTERPRETER_PYTHON_FALLBACK"):
+        if "/" not in name:
+            (found / name).symlink_to(sys.executable)
+    path = f"{found}:/usr/bin:/bin"
+    ping = {"name": "ping", "ansible.builtin.ping": {}, "register": "ping"}
+    for side in ("module", "lean"):
+        (tmp_path / side).mkdir()
+    module_side, _output, _remote = run_play(tmp_path / "module", [ping], "Ping", interpreter=None, PATH=path)
+    discovered = module_side["ping"]["ansible_facts"]["discovered_interpreter_python"]
+    assert discovered.startswith(str(found)), discovered
+    lean_side, _output, _remote = run_play(
+        tmp_path / "lean", [task("lean")], "GPU facts", interpreter=None, PATH=path
+    )
+    lean = lean_side["lean"]
+    assert lean["ansible_facts"]["discovered_interpreter_python"] == discovered
+    assert lean["ansible_facts"]["nvidia_gpus"], lean
+    assert lean["nvml_binding"]["python"] == discovered
