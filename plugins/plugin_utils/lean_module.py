@@ -29,8 +29,10 @@ from __future__ import annotations
 import ast
 import base64
 import fcntl
+import hashlib
 import json
 import os
+import re
 import zlib
 from pathlib import Path
 
@@ -45,6 +47,7 @@ from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 from ansible.vars.clean import remove_internal_keys
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._lean.bootstrap import RUN_MODULE
 
 display = Display()
@@ -129,7 +132,10 @@ def bundle(entry):
     """The module_utils ``entry`` needs on the host, packed for the bootstrap: base64 of zlib of JSON
     ``{"sources": ..., "packages": ...}``."""
     sources, packages = module_closure(entry)
-    packed = zlib.compress(json.dumps({"sources": sources, "packages": packages}).encode("utf-8"), 6)
+    # the same text for the same files in every run (the modules are found in the order of a set, which differs
+    # between processes): its digest names what the hosts keep compiled (build_program's code_cache)
+    text = json.dumps({"sources": sources, "packages": packages}, sort_keys=True)
+    packed = zlib.compress(text.encode("utf-8"), 6)
     return base64.b64encode(packed).decode("ascii")
 
 
@@ -171,10 +177,19 @@ def cached_bundle(entry, folder=None):
 
 
 def build_program(
-    entry, params, check_mode=False, path_options=(), function="execute", packed=None, diff=False
+    entry,
+    params,
+    check_mode=False,
+    path_options=(),
+    function="execute",
+    packed=None,
+    diff=False,
+    code_cache=None,
 ):
     """The program for the host's Python: the bootstrap and its call with the bundle (``packed``, or
-    :func:`bundle`'s) and the request."""
+    :func:`bundle`'s) and the request. ``code_cache``: the host's folder where the program keeps the bundle's
+    modules compiled for the next run (the bootstrap's ``cached_codes``); None: compiled on every run."""
+    packed = packed or bundle(entry)
     request = {
         "entry": entry,
         "function": function,
@@ -183,10 +198,33 @@ def build_program(
         "diff": bool(diff),
         "path_options": sorted(path_options),
     }
+    if code_cache:
+        request["code_cache"] = {
+            "dir": code_cache,
+            "digest": hashlib.sha256(packed.encode("ascii")).hexdigest(),
+        }
     # encoded as ansible-core encodes a module's arguments (a date or a set in an option's value as the module gets it)
     encoder = get_module_encoder(PROFILE, Direction.CONTROLLER_TO_MODULE)
     encoded = base64.b64encode(json.dumps(request, cls=encoder).encode("utf-8")).decode("ascii")
-    return BOOTSTRAP.read_text(encoding="utf-8") + f'\n\nmain("{packed or bundle(entry)}", "{encoded}")\n'
+    return BOOTSTRAP.read_text(encoding="utf-8") + f'\n\nmain("{packed}", "{encoded}")\n'
+
+
+# the host variable that names the folder where a host keeps the lean runner's compiled modules (the bootstrap's
+# cached_codes); undefined or empty: none is kept
+CODE_CACHE_VAR = "gpusplit_code_cache_dir"
+
+
+def code_cache_dir(value, variable=CODE_CACHE_VAR):
+    """The code cache folder that ``value`` (the variable's templated value) names, ``//`` made ``/``; None for
+    none. GpusplitError for what is not an absolute path: the program runs from a folder it does not choose."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str) or not value.startswith("/"):
+        raise GpusplitError(
+            f"{variable}: {value!r} is not an absolute path; name a folder of the host (e.g. /var/cache/gpusplit),"
+            " or leave it empty to compile the lean runner's modules on every run"
+        )
+    return re.sub("/+", "/", value).rstrip("/") or "/"
 
 
 # what AnsibleModule does with an option beyond checking it, which check_options does not: masking a
@@ -270,6 +308,11 @@ class LeanModuleAction(ActionBase):
             result.update(failed=True, changed=False, msg=message)
             return result
         shebang = self._shebang(task_vars)
+        try:
+            code_cache = code_cache_dir(self._host_var(task_vars, CODE_CACHE_VAR))
+        except GpusplitError as exc:
+            result.update(failed=True, changed=False, msg=str(exc), errors=exc.errors)
+            return result
         program = build_program(
             self.ENTRY,
             params,
@@ -277,6 +320,7 @@ class LeanModuleAction(ActionBase):
             path_options=path_options(self.ARGUMENT_SPEC),
             packed=cached_bundle(self.ENTRY, C.DEFAULT_LOCAL_TMP),
             diff=self._task.diff,
+            code_cache=code_cache,
         )
         answer = self._run_program(shebang, program.encode("utf-8"))
         if RUN_MODULE in answer:  # the work changed nothing and asked for the module (SELinux labels)
@@ -288,6 +332,16 @@ class LeanModuleAction(ActionBase):
         result.update(answer)
         return result
 
+    def _target_vars(self, task_vars):
+        """The variables of the host the task runs on: the delegated host's where it is delegated."""
+        delegate = self._task.delegate_to
+        return task_vars["ansible_delegated_vars"][delegate] if delegate else task_vars
+
+    def _host_var(self, task_vars, name):
+        """Host variable ``name`` of the host the task runs on, templated; None where it is not defined."""
+        host_vars = self._target_vars(task_vars)
+        return self._templar.template(host_vars[name]) if name in host_vars else None
+
     def _shebang(self, task_vars):
         """The line ``_configure_module`` would give the module (``#!`` and its interpreter), without building the
         module's payload: ``_configure_module`` builds the whole AnsiballZ zip for it (the first worker of a run
@@ -295,7 +349,7 @@ class LeanModuleAction(ActionBase):
         discovery, where the host's interpreter is ``auto``, runs and is returned as a fact as ``_configure_module``
         does it (a delegated task's on the delegated host's facts)."""
         delegate = self._task.delegate_to
-        host_vars = task_vars["ansible_delegated_vars"][delegate] if delegate else task_vars
+        host_vars = self._target_vars(task_vars)
         remote_is_local = bool(getattr(self._connection, "_remote_is_local", False))
         for _attempt in (1, 2):  # a second time with the discovered interpreter
             try:

@@ -26,6 +26,9 @@ and the request (JSON, base64):
 * ``params``: the options, checked on the controller against the module's argument spec; ``path_options``
   the ones of type path, expanded here (``~`` and variables are the host's, as in a module), each named by
   its keys (``dropins.path``: the key ``path`` of each item of ``dropins``).
+* ``code_cache`` (optional): ``{"dir": ..., "digest": ...}``, a folder of the host where the bundle's modules
+  are kept compiled for the next run (see :func:`cached_codes`) and the digest of the bundle they were
+  compiled from.
 
 The result is printed as one JSON object, as a module's; a refusal is ``failed`` with ``msg`` and
 ``errors``, any other exception ``failed`` with the traceback in ``exception``.
@@ -55,15 +58,16 @@ def clean_sys_path(script=None):
 
 
 class SourceImporter:
-    """Finds and loads the modules of ``sources`` (name -> source text) from memory."""
+    """Finds and loads the modules of ``sources`` (name -> source text) from memory; those of ``codes`` (name ->
+    code object, already compiled) without compiling them."""
 
-    def __init__(self, sources, packages):
+    def __init__(self, sources, packages, codes=None):
         self.sources = dict(sources)
         self.packages = set(packages)
+        self.codes = dict(codes or {})
 
     def filename(self, fullname):
-        tail = "/__init__.py" if fullname in self.packages else ".py"
-        return ORIGIN + "/" + fullname.replace(".", "/") + tail
+        return module_filename(fullname, self.packages)
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname not in self.sources and fullname not in self.packages:
@@ -80,12 +84,159 @@ class SourceImporter:
     def exec_module(self, module):
         name = module.__spec__.name
         module.__file__ = self.filename(name)
-        code = compile(self.sources.get(name, ""), module.__file__, "exec", dont_inherit=True)
+        code = self.codes.get(name)
+        if code is None:
+            code = compile_source(name, self.sources.get(name, ""), self.packages)
         exec(code, module.__dict__)
 
     def get_source(self, fullname):
         """For tracebacks (linecache)."""
         return self.sources.get(fullname, "")
+
+
+def module_filename(name, packages):
+    """The file name a carried module's code and tracebacks name."""
+    tail = "/__init__.py" if name in packages else ".py"
+    return ORIGIN + "/" + name.replace(".", "/") + tail
+
+
+def compile_source(name, source, packages=()):
+    return compile(source, module_filename(name, packages), "exec", dont_inherit=True)
+
+
+# --- the code cache -----------------------------------------------------------------------------------------
+#
+# Compiling the bundle's modules from source is about a third of what the GPU discovery's program costs a host
+# (30 of 80 to 110 ms of CPU, docs/performance.md). The program keeps them compiled in a folder of the host
+# (``code_cache``), one file per entry and Python, and loads them from there on the next run while the bundle
+# is the same. The file is code that runs as the program's user (root where the task becomes root), so it is
+# used only where nobody else could have written it: the folder and the file belong to that user and nobody
+# else may write them or the folders above them (a folder that others may write is trusted only with its
+# sticky bit). Anything else, a missing or damaged file included, reads as no cache: the modules are compiled
+# from source as without one, and the file is written again (not in check mode).
+
+CACHE_VERSION = 1
+
+
+def cache_path(cache, entry):
+    """The cache file of ``entry`` for this Python, or None where this Python has no cache tag."""
+    import os.path
+
+    tag = getattr(sys.implementation, "cache_tag", None)
+    if not tag or not cache.get("dir") or not cache.get("digest"):
+        return None
+    short = entry[len(PREFIX) + 1 :] if entry.startswith(PREFIX + ".") else entry
+    return os.path.join(cache["dir"], f"{short}.{tag}.code")
+
+
+def trusted_folder(path):
+    """Whether nobody but this user (and root) could have put or replaced what is in folder ``path``."""
+    import os
+    import stat
+
+    uid = os.geteuid()
+    real = os.path.realpath(path)  # the folders checked are those the file's path goes through
+    try:
+        info = os.lstat(real)
+    except OSError:
+        return False
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != uid or info.st_mode & 0o077:
+        return False
+    parent = os.path.dirname(real)
+    while True:
+        try:
+            info = os.lstat(parent)
+        except OSError:
+            return False
+        if info.st_uid not in (0, uid):
+            return False
+        if info.st_mode & 0o022 and not info.st_mode & stat.S_ISVTX:
+            return False
+        above = os.path.dirname(parent)
+        if above == parent:
+            return True
+        parent = above
+
+
+def read_codes(path, digest):
+    """The code objects kept in ``path`` for the bundle of ``digest``, or None."""
+    import marshal
+    import os
+    import stat
+    from _frozen_importlib_external import MAGIC_NUMBER
+
+    try:
+        handle = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(handle)
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o077:
+            return None
+        with os.fdopen(handle, "rb") as stream:
+            handle = None
+            kept = marshal.loads(stream.read())
+    except (OSError, EOFError, ValueError, TypeError):
+        return None
+    finally:
+        if handle is not None:
+            os.close(handle)
+    if not (isinstance(kept, tuple) and len(kept) == 4 and kept[:3] == (CACHE_VERSION, MAGIC_NUMBER, digest)):
+        return None
+    codes = kept[3]
+    return codes if isinstance(codes, dict) else None
+
+
+def write_codes(path, digest, codes):
+    """Keep ``codes`` in ``path``, whole or not at all; nothing where the folder cannot be made or trusted."""
+    import marshal
+    import os
+    from _frozen_importlib_external import MAGIC_NUMBER
+
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+    except OSError:
+        return False
+    if not trusted_folder(folder):
+        return False
+    partial = f"{path}.{os.getpid()}.partial"
+    try:
+        handle = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(marshal.dumps((CACHE_VERSION, MAGIC_NUMBER, digest, codes)))
+        os.replace(partial, path)
+    except (OSError, ValueError):
+        try:
+            os.unlink(partial)
+        except OSError:
+            pass
+        return False
+    return True
+
+
+def cached_codes(request):
+    """The bundle's modules compiled, from the request's ``code_cache`` where it holds them, else compiled here
+    and kept there for the next run (not in check mode); ``{}`` without a code cache (each module is then
+    compiled when it is imported, only those the work imports)."""
+    cache = request.get("code_cache") or {}
+    path = cache_path(cache, request["entry"])
+    if path is None:
+        return {}
+    import os.path
+
+    if trusted_folder(os.path.dirname(path)):
+        codes = read_codes(path, cache["digest"])
+        if codes is not None:
+            return codes
+    packages = set(request["packages"])
+    try:
+        codes = {name: compile_source(name, source, packages) for name, source in request["sources"].items()}
+    except (SyntaxError, ValueError):  # said where the module is imported, as without a cache
+        return {}
+    if not request.get("check_mode"):
+        write_codes(path, cache["digest"], codes)
+    return codes
 
 
 def jsonable(value):
@@ -140,7 +291,9 @@ def run(request):
     import importlib
 
     if not any(isinstance(finder, SourceImporter) for finder in sys.meta_path):
-        sys.meta_path.insert(0, SourceImporter(request["sources"], request["packages"]))
+        sys.meta_path.insert(
+            0, SourceImporter(request["sources"], request["packages"], cached_codes(request))
+        )
     params = dict(request["params"])
     for name in request.get("path_options") or ():
         params = expand_paths(params, name.split("."))

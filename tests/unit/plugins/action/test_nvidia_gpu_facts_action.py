@@ -122,3 +122,28 @@ def test_an_interpreter_left_to_discovery_is_discovered_and_returned_as_for_a_mo
     assert lean["ansible_facts"]["discovered_interpreter_python"] == discovered
     assert lean["ansible_facts"]["nvidia_gpus"], lean
     assert lean["nvml_binding"]["python"] == discovered
+
+
+def test_the_host_variable_names_where_the_host_keeps_the_program_compiled(tmp_path):
+    """gpusplit_code_cache_dir (the roles' default: under gpusplit_host_root) reaches the program, templated and
+    with its doubled slashes made one; a value that is not an absolute path fails the task before anything reaches
+    the host, naming the variable."""
+    host = tmp_path / "host"
+    tasks = [
+        task("first", vars={"gpusplit_code_cache_dir": "{{ host_root }}//var/cache/gpusplit"}),
+        task("second", vars={"gpusplit_code_cache_dir": "{{ host_root }}/var/cache/gpusplit/"}),
+        task("relative", vars={"gpusplit_code_cache_dir": "var/cache"}, ignore_errors=True),
+    ]
+    for item in tasks:
+        item["vars"]["host_root"] = str(host)
+    results, output, _remote = run_play(tmp_path, tasks, "GPU facts", ANSIBLE_PIPELINING="0")
+    kept = sorted(path.name for path in (host / "var" / "cache" / "gpusplit").iterdir())
+    assert kept == [f"_gpu.facts.{sys.implementation.cache_tag}.code"]
+    assert comparable(results["first"]) == comparable(results["second"])
+    assert results["first"]["ansible_facts"]["nvidia_gpus"]
+    assert results["relative"]["failed"] is True
+    assert results["relative"]["msg"].startswith(
+        "gpusplit_code_cache_dir: 'var/cache' is not an absolute path"
+    )
+    assert "gpusplit_lean.py" in output  # (-vvv: the first two put their program on the host)
+    assert "gpusplit_lean.py" not in output[output.index("TASK [relative]") :]

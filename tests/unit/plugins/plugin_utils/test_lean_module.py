@@ -396,3 +396,189 @@ def test_options_reach_the_host_as_ansible_core_encodes_a_modules_arguments():
     request = program.rsplit('", "', 1)[1].split('"')[0]
     params = json.loads(base64.b64decode(request))["params"]
     assert params == {"when": "2026-12-03", "which": ["a"]}
+
+
+# --- the code cache: the bundle's modules kept compiled on the host ---------------------------------------------
+
+
+def cached_program(work_source, cache, check_mode=False):
+    """``(program, cache file)``: own_bundle's program for ``work_source`` with the code cache ``cache``."""
+    work, packed = own_bundle(work_source)
+    program = lean.build_program(work, {}, packed=packed, code_cache=str(cache), check_mode=check_mode)
+    name = f"{work[len(lean.PREFIX) + 1 :]}.{sys.implementation.cache_tag}.code"
+    return program, cache / name
+
+
+def answering(value):
+    return f"def execute(params, check_mode=False, diff=False):\n    return {{'answer': {value!r}}}\n"
+
+
+def plant(path, program, work_source):
+    """Put in the cache file ``path`` the modules of ``program``'s bundle with the work module compiled from
+    ``work_source`` instead: what the program answers then says whether it ran the kept code."""
+    import marshal
+    from importlib.util import MAGIC_NUMBER
+
+    request = json.loads(base64.b64decode(program.rsplit('", "', 1)[1].split('"')[0]))
+    packed = program.rsplit('main("', 1)[1].split('"')[0]
+    sources = json.loads(zlib.decompress(base64.b64decode(packed)))["sources"]
+    codes = {name: compile(source, name, "exec") for name, source in sources.items()}
+    codes[request["entry"]] = compile(work_source, "planted", "exec")
+    digest = request["code_cache"]["digest"]
+    path.write_bytes(marshal.dumps((1, MAGIC_NUMBER, digest, codes)))
+    path.chmod(0o600)
+
+
+def test_the_modules_are_kept_compiled_in_a_private_folder_and_run_from_there(tmp_path):
+    cache = tmp_path / "cache"
+    program, kept = cached_program(answering(1), cache)
+    rc, answer = run_program(program, host_env())
+    assert rc == 0 and answer["answer"] == 1
+    assert (cache.stat().st_mode & 0o777, kept.stat().st_mode & 0o777) == (0o700, 0o600)
+    assert [p.name for p in cache.iterdir()] == [kept.name]  # no partial file left
+    # the next run runs what is kept, not the source: a planted module answers instead
+    plant(kept, program, answering("kept"))
+    assert run_program(program, host_env())[1]["answer"] == "kept"
+
+
+def test_a_changed_bundle_is_compiled_again_and_kept_in_the_same_file(tmp_path):
+    cache = tmp_path / "cache"
+    first, kept = cached_program(answering(1), cache)
+    run_program(first, host_env())
+    before = kept.read_bytes()
+    second, same = cached_program(answering(2), cache)
+    assert same == kept
+    assert run_program(second, host_env())[1]["answer"] == 2
+    assert kept.read_bytes() != before and [p.name for p in cache.iterdir()] == [kept.name]
+
+
+@pytest.mark.parametrize(
+    "damage",
+    [
+        "garbage",
+        "empty",
+        "other-python",
+        "open-to-others",
+        "a-link",
+        "folder-open-to-group",
+        "above-open-to-all",
+    ],
+)
+def test_what_others_could_have_written_or_a_damaged_file_is_not_run(damage, tmp_path):
+    above = tmp_path / "above"
+    cache = above / "cache"
+    program, kept = cached_program(answering("source"), cache)
+    run_program(program, host_env())
+    plant(kept, program, answering("kept"))
+    if damage == "garbage":
+        kept.write_bytes(b"\x00not marshal at all")
+    elif damage == "empty":
+        kept.write_bytes(b"")
+    elif damage == "other-python":  # another bytecode magic number (another Python wrote it under this name)
+        import marshal
+
+        version, _magic, digest, codes = marshal.loads(kept.read_bytes())
+        kept.write_bytes(marshal.dumps((version, b"\x00\x00\r\n", digest, codes)))
+    elif damage == "open-to-others":
+        kept.chmod(0o644)
+    elif damage == "a-link":
+        target = tmp_path / "elsewhere.code"
+        kept.rename(target)
+        kept.symlink_to(target)
+    elif damage == "folder-open-to-group":
+        cache.chmod(0o770)
+    elif damage == "above-open-to-all":
+        above.chmod(0o777)
+    left = kept.read_bytes()
+    rc, answer = run_program(program, host_env())
+    assert rc == 0 and answer["answer"] == "source"
+    if damage in (
+        "folder-open-to-group",
+        "above-open-to-all",
+    ):  # left alone in a folder that cannot be trusted
+        assert kept.read_bytes() == left
+    else:  # compiled from source and kept again, this user's own file
+        assert kept.is_file() and not kept.is_symlink() and kept.stat().st_mode & 0o777 == 0o600
+        assert run_program(program, host_env())[1]["answer"] == "source"
+
+
+def test_a_folder_above_open_to_all_with_its_sticky_bit_is_trusted(tmp_path):
+    above = tmp_path / "shared"
+    above.mkdir()
+    above.chmod(0o1777)  # as /tmp: nobody else can rename or replace what this user made in it
+    program, kept = cached_program(answering("source"), above / "cache")
+    run_program(program, host_env())
+    plant(kept, program, answering("kept"))
+    assert run_program(program, host_env())[1]["answer"] == "kept"
+
+
+def test_check_mode_keeps_nothing_and_runs_what_is_kept(tmp_path):
+    cache = tmp_path / "cache"
+    program, kept = cached_program(answering("source"), cache, check_mode=True)
+    assert run_program(program, host_env())[1]["answer"] == "source"
+    assert not cache.exists()
+    cache.mkdir(mode=0o700)
+    plant(kept, program, answering("kept"))
+    assert run_program(program, host_env())[1]["answer"] == "kept"
+
+
+def test_a_folder_that_cannot_be_made_leaves_the_program_as_without_a_cache(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    program, _kept = cached_program(answering("source"), blocker / "cache")
+    rc, answer = run_program(program, host_env())
+    assert rc == 0 and answer["answer"] == "source"
+
+
+def test_the_discovery_answers_the_same_from_the_cache(tmp_path):
+    args = {"nvidia_smi_path": str(FAKES / "bin" / "nvidia-smi"), "proc_root": str(PROC)}
+    params, _ = lean.check_options(facts.ARGUMENT_SPEC, args, "nvidia_gpu_facts")
+    answers = []
+    for cache in (None, tmp_path / "cache", tmp_path / "cache"):
+        program = lean.build_program(
+            ENTRY,
+            params,
+            path_options=lean.path_options(facts.ARGUMENT_SPEC),
+            code_cache=cache and str(cache),
+        )
+        answers.append(run_program(program, host_env()))
+    assert answers[0][1]["ansible_facts"]["nvidia_gpus"]
+    assert answers[0] == answers[1] == answers[2]
+    assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".code"]
+
+
+@pytest.mark.parametrize(
+    ("value", "folder"),
+    [
+        (None, None),
+        ("", None),
+        ("/var/cache/gpusplit", "/var/cache/gpusplit"),
+        ("//lab/h1//var/cache/", "/lab/h1/var/cache"),
+    ],
+)
+def test_the_code_cache_variable_names_an_absolute_folder(value, folder):
+    assert lean.code_cache_dir(value) == folder
+
+
+@pytest.mark.parametrize("value", ["var/cache", "~/cache", 3, ["/var/cache"]])
+def test_a_code_cache_that_is_not_an_absolute_path_is_refused(value):
+    with pytest.raises(
+        ValueError, match=r"gpusplit_code_cache_dir: .* is not an absolute path; name a folder"
+    ):
+        lean.code_cache_dir(value)
+
+
+def test_the_bundle_is_the_same_text_in_every_run():
+    # each run builds it anew, in a process of its own: its digest names what a host keeps compiled
+    probe = "from ansible_collections.gpusplit.k8s.plugins.plugin_utils import lean_module; print(lean_module.bundle(%r))"
+    texts = {
+        subprocess.run(
+            [sys.executable, "-c", probe % ENTRY],
+            env=dict(os.environ, PYTHONHASHSEED=seed, PYTHONPATH=os.pathsep.join(sys.path)),
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for seed in ("1", "2", "3")
+    }
+    assert len(texts) == 1 and texts.pop().strip() == lean.bundle(ENTRY)
