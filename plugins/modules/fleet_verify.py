@@ -76,7 +76,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     CLUSTER_ARGS,
     api_client,
     error_text,
-    list_json,
+    list_path,
     require_kubernetes,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
@@ -85,12 +85,7 @@ FAIL_SETTLE_SECONDS = 15
 
 
 def read_cluster(api):
-    from kubernetes import client
-
-    core = client.CoreV1Api(api)
-    nodes = list_json(core.list_node)
-    pods = list_json(core.list_pod_for_all_namespaces)
-    return nodes, pods
+    return list_path(api, "/api/v1/nodes"), list_path(api, "/api/v1/pods")
 
 
 def main():

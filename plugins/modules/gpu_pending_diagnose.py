@@ -71,7 +71,6 @@ table:
 from ansible.module_utils.basic import AnsibleModule
 
 try:
-    from kubernetes import client
     from kubernetes.client.rest import ApiException
 except ImportError:  # reported by require_kubernetes()
     pass
@@ -83,7 +82,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     CLUSTER_ARGS,
     api_client,
     error_text,
-    list_json,
+    list_path,
     require_kubernetes,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import (
@@ -104,10 +103,10 @@ DRA_KINDS = {
 }
 
 
-def _list_custom(custom, group, version, plural):
+def _list_custom(api, group, version, plural):
     """The items, or None when the API (group/version/resource) is not served."""
     try:
-        return custom.list_cluster_custom_object(group, version, plural).get("items") or []
+        return list_path(api, f"/apis/{group}/{version}/{plural}")
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -115,22 +114,20 @@ def _list_custom(custom, group, version, plural):
 
 
 def read_cluster(api, prefixes):
-    core = client.CoreV1Api(api)
-    custom = client.CustomObjectsApi(api)
-    pods = list_json(core.list_pod_for_all_namespaces)
-    nodes = list_json(core.list_node)
+    pods = list_path(api, "/api/v1/pods")
+    nodes = list_path(api, "/api/v1/nodes")
     pending = [p for p in pods if is_unscheduled_pending(p) and wants_gpu(p, prefixes)]
     events = []
     if pending:
-        events = list_json(core.list_event_for_all_namespaces, field_selector="reason=FailedScheduling")
+        events = list_path(api, "/api/v1/events", field_selector="reason=FailedScheduling")
     podgroups = None
     if any((p.get("spec") or {}).get("schedulingGroup") for p in pending):
-        podgroups = _list_custom(custom, *PODGROUPS)
+        podgroups = _list_custom(api, *PODGROUPS)
     resource = None
     if any((p.get("spec") or {}).get("resourceClaims") for p in pending):
         resource = {}
         for key, plural in DRA_KINDS.items():
-            items = _list_custom(custom, DRA_GROUP, DRA_VERSION, plural)
+            items = _list_custom(api, DRA_GROUP, DRA_VERSION, plural)
             if items is None and key in ("slices", "claims"):
                 resource = None
                 break

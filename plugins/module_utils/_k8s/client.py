@@ -124,6 +124,41 @@ def list_json(call, *args, **kwargs):
     return json.loads(answer.data).get("items") or []
 
 
+def get_json(api, path, **query):
+    """The JSON of a GET of ``path`` (``/api/v1/nodes``) through the ApiClient ``api``, as the server wrote it;
+    ``query``: its parameters (``field_selector`` as ``fieldSelector``; None left out). An answer that is not
+    2xx raises the client's ApiException with the server's message, as a typed call does.
+
+    No typed API class on the way: the client (37.x) builds the pydantic models of a whole API group when its
+    class is first used, ``CoreV1Api`` about 0.6 s of CPU, which a verify or a diagnosis paid for two lists
+    whose JSON it reads as it is (docs/performance.md, sixteenth round)."""
+    from kubernetes.client.exceptions import ApiException
+
+    params = [(_camel(key), value) for key, value in query.items() if value is not None]
+    request = api.param_serialize(
+        "GET",
+        path,
+        query_params=params,
+        header_params={"Accept": "application/json"},
+        auth_settings=["BearerToken"],
+    )
+    answer = api.call_api(*request)
+    answer.read()
+    if not 200 <= answer.status <= 299:
+        raise ApiException.from_response(http_resp=answer, body=None, data=None)
+    return json.loads(answer.data)
+
+
+def list_path(api, path, **query):
+    """The items of a LIST at ``path`` (:func:`get_json`) as plain dicts."""
+    return get_json(api, path, **query).get("items") or []
+
+
+def _camel(name):
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
 def error_text(exc):
     """The API server's own message when there is one, else the exception text."""
     return getattr(exc, "body", None) or str(exc)
