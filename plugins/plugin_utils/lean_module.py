@@ -214,14 +214,14 @@ def build_program(
 CODE_CACHE_VAR = "gpusplit_code_cache_dir"
 
 
-def code_cache_dir(value, variable=CODE_CACHE_VAR):
+def code_cache_dir(value):
     """The code cache folder that ``value`` (the variable's templated value) names, ``//`` made ``/``; None for
     none. GpusplitError for what is not an absolute path: the program runs from a folder it does not choose."""
     if value is None or value == "":
         return None
     if not isinstance(value, str) or not value.startswith("/"):
         raise GpusplitError(
-            f"{variable}: {value!r} is not an absolute path; name a folder of the host (e.g. /var/cache/gpusplit),"
+            f"{CODE_CACHE_VAR}: {value!r} is not an absolute path; name a folder of the host (e.g. /var/cache/gpusplit),"
             " or leave it empty to compile the lean runner's modules on every run"
         )
     return re.sub("/+", "/", value).rstrip("/") or "/"
@@ -307,12 +307,12 @@ class LeanModuleAction(ActionBase):
         if message:
             result.update(failed=True, changed=False, msg=message)
             return result
-        shebang = self._shebang(task_vars)
-        try:
+        try:  # before the interpreter's discovery, which already reaches the host
             code_cache = code_cache_dir(self._host_var(task_vars, CODE_CACHE_VAR))
         except GpusplitError as exc:
             result.update(failed=True, changed=False, msg=str(exc), errors=exc.errors)
             return result
+        shebang = self._shebang(task_vars)
         program = build_program(
             self.ENTRY,
             params,
