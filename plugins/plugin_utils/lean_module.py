@@ -221,7 +221,7 @@ def code_cache_dir(value):
         return None
     if not isinstance(value, str) or not value.startswith("/"):
         raise GpusplitError(
-            f"{CODE_CACHE_VAR}: {value!r} is not an absolute path; name a folder of the host (e.g. /var/cache/gpusplit),"
+            f"gpusplit_code_cache_dir: {value!r} is not an absolute path; name a folder of the host (e.g. /var/cache/gpusplit),"
             " or leave it empty to compile the lean runner's modules on every run"
         )
     return re.sub("/+", "/", value).rstrip("/") or "/"
