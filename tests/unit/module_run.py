@@ -26,9 +26,11 @@ def run_module_file(module_file, args, folder, env, timeout=120):
 
 
 def run_program(program, env, python=sys.executable, cwd=None, as_file=None):
-    """``(exit status, answer)`` of the lean runner's ``program`` run by ``python``: on stdin, or from the file
-    ``as_file``."""
-    argv = [python, str(as_file)] if as_file else [python, "-"]
+    """``(exit status, answer)`` of the lean runner's ``program`` run by ``python``: on stdin (read by the runner's
+    one-line loader, as the action plugin sends it), or from the file ``as_file``."""
+    from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lean_module import STDIN_LOADER
+
+    argv = [python, str(as_file)] if as_file else [python, "-c", STDIN_LOADER]
     if as_file:
         Path(as_file).write_text(program)
     done = subprocess.run(

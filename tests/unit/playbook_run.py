@@ -12,6 +12,27 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
+# the three ways the lean runner's program reaches the host (plugin_utils/lean_module.py, LeanModuleAction._pipes),
+# as environments of run_play: stdin with pipelining on; stdin with it off where the task becomes no one; a file in
+# the remote temporary folder with it off and become (sudo, this machine's user to itself)
+ROUTES = {
+    "stdin-pipelining": {"ANSIBLE_PIPELINING": "1"},
+    "stdin-without-become": {"ANSIBLE_PIPELINING": "0"},
+    "file-with-become": {"ANSIBLE_PIPELINING": "0", "ANSIBLE_BECOME": "1", "ANSIBLE_BECOME_METHOD": "sudo"},
+}
+
+
+def skip_without_sudo(route):
+    """Skip the become route where this machine's user cannot sudo to itself without a password."""
+    import shutil
+
+    import pytest
+
+    if "ANSIBLE_BECOME" in ROUTES[route]:
+        sudo = shutil.which("sudo")
+        if not sudo or subprocess.run([sudo, "-n", "true"], capture_output=True).returncode != 0:
+            pytest.skip("sudo without a password is needed for the become route")
+
 
 def run_play(tmp_path, tasks, name="Tasks", options=("-vvv",), interpreter=sys.executable, **env):
     """``(results, output, remote)``: every task's registered result by its ``register`` name, ansible-playbook's

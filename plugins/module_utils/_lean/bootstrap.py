@@ -9,8 +9,8 @@ compiles every file of the zip from source, twice, on every execution (docs/perf
 module every GPU host runs on every run, the GPU discovery, that was three quarters of its cost.
 
 This file is the whole program the action plugins of plugin_utils/lean_module.py send to the host's
-Python (on stdin where the connection pipelines, else as a file in the remote temporary folder), with one
-line appended: ``main("<bundle>", "<request>")``. The bundle (JSON, zlib, base64; the same for every
+Python (on stdin, read by a one-line ``-c`` loader, where the connection pipes, else as a file in the remote
+temporary folder), with one line appended: ``main("<bundle>", "<request>")``. The bundle (JSON, zlib, base64; the same for every
 host, built once per run on the controller) carries:
 
 * ``sources``: the collection's module_utils the work imports (module name -> source), found on the

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.tests.unit.playbook_run import run_play
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lean_module import STDIN_LOADER
+from ansible_collections.gpusplit.k8s.tests.unit.playbook_run import ROUTES, run_play, skip_without_sudo
 
 ROOT = Path(__file__).resolve().parents[4]
 BIN = Path(sys.executable).parent
@@ -85,8 +86,9 @@ def files_of(root):
     }
 
 
-@pytest.mark.parametrize("pipelining", ["1", "0"], ids=["pipelining", "temporary-file"])
-def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(pipelining, tmp_path):
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(route, tmp_path):
+    skip_without_sudo(route)
     roots = {name: host_root(tmp_path, name) for name in ("lean", "module", "selinux")}
     plain, selinux = mounts(tmp_path, False), mounts(tmp_path, True)
     tasks = [
@@ -97,9 +99,7 @@ def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(pipelinin
         task("selinux", roots["selinux"], selinux),
         task("again", roots["lean"], plain),
     ]
-    results, output, remote = run_play(
-        tmp_path, tasks, "Host files", ("-vvv", "--diff"), ANSIBLE_PIPELINING=pipelining
-    )
+    results, output, remote = run_play(tmp_path, tasks, "Host files", ("-vvv", "--diff"), **ROUTES[route])
     for name, module in (("check", "check_module"), ("lean", "module")):
         assert comparable(results[name], roots["lean"]) == comparable(results[module], roots["module"])
     assert results["check"]["changed"] is True and results["check"]["diff"]
@@ -110,7 +110,9 @@ def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(pipelinin
     assert output.count(RAN_THE_MODULE) == 1
     assert comparable(results["selinux"], roots["selinux"]) == comparable(results["lean"], roots["lean"])
     assert files_of(roots["selinux"]) == files_of(roots["lean"])
-    assert ("gpusplit_lean.py" in output) is (pipelining == "0")
+    # -vvv shows the command: the program put as a file and run, or the one-line loader that reads it from stdin
+    assert ("gpusplit_lean.py" in output) is (route == "file-with-become")
+    assert (STDIN_LOADER in output) is (route != "file-with-become")
     assert list(remote.rglob("gpusplit_lean.py")) == []
 
 

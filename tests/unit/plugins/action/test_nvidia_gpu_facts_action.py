@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.tests.unit.playbook_run import run_play
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lean_module import STDIN_LOADER
+from ansible_collections.gpusplit.k8s.tests.unit.playbook_run import ROUTES, run_play, skip_without_sudo
 
 ROOT = Path(__file__).resolve().parents[4]
 BIN = Path(sys.executable).parent
@@ -39,8 +40,9 @@ def comparable(result):
     return {key: value for key, value in result.items() if key not in drop}
 
 
-@pytest.mark.parametrize("pipelining", ["1", "0"], ids=["pipelining", "temporary-file"])
-def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(pipelining, tmp_path):
+@pytest.mark.parametrize("route", sorted(ROUTES))
+def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(route, tmp_path):
+    skip_without_sudo(route)
     tasks = [
         task("lean"),
         task("module", async_=None),
@@ -59,7 +61,7 @@ def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(pipelinin
         if "async_" in item:
             del item["async_"]
             item.update({"async": 60, "poll": 1})
-    results, output, remote = run_play(tmp_path, tasks, "GPU facts", ANSIBLE_PIPELINING=pipelining)
+    results, output, remote = run_play(tmp_path, tasks, "GPU facts", **ROUTES[route])
     assert results["lean"]["ansible_facts"]["nvidia_gpus"], results["lean"]
     assert comparable(results["lean"]) == comparable(results["module"])
     assert comparable(results["smi"]) == comparable(results["smi_module"])
@@ -67,8 +69,9 @@ def test_the_task_answers_as_the_module_and_leaves_nothing_on_the_host(pipelinin
     assert results["check"]["changed"] is True
     assert results["check"]["nvml_binding"]["would_install"].startswith("nvidia-ml-py==")
     assert comparable(results["check"]) == comparable(results["check_module"])
-    # without pipelining the program is a file in the temporary folder (-vvv shows it put and run); with it, stdin
-    assert ("gpusplit_lean.py" in output) is (pipelining == "0")
+    # -vvv shows the command: the program put as a file and run, or the one-line loader that reads it from stdin
+    assert ("gpusplit_lean.py" in output) is (route == "file-with-become")
+    assert (STDIN_LOADER in output) is (route != "file-with-become")
     # the program's temporary folder removed (an asynchronous task's own goes when its job ends, in the background)
     assert list(remote.rglob("gpusplit_lean.py")) == []
 
@@ -145,5 +148,6 @@ def test_the_host_variable_names_where_the_host_keeps_the_program_compiled(tmp_p
     assert results["relative"]["msg"].startswith(
         "gpusplit_code_cache_dir: 'var/cache' is not an absolute path"
     )
-    assert "gpusplit_lean.py" in output  # (-vvv: the first two put their program on the host)
-    assert "gpusplit_lean.py" not in output[output.index("TASK [relative]") :]
+    relative = output.index("TASK [relative]")
+    assert output[:relative].count(STDIN_LOADER) == 2  # (-vvv: the first two ran their program on the host)
+    assert STDIN_LOADER not in output[relative:]
