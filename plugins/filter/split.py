@@ -18,6 +18,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 planner = lazy("module_utils._split.planner")
 render = lazy("plugin_utils.render")
 _split_table = lazy("plugin_utils.split_table")
+_compare = lazy("module_utils._k8s.compare")
 
 
 def refusals():
@@ -75,6 +76,16 @@ def node_patches(plan, operator_managed=False, gpu_taint=False):
     return render.render_node_patches(plan, operator_managed, gpu_taint)
 
 
+def apply_needed(objects, live, field_manager="gpusplit"):
+    """Names of the objects that a server-side apply by ``field_manager`` would create or change, judged from
+    ``live`` (a cluster_read of them that kept the manager's managedFields); [] when it would change nothing."""
+    compare = _compare
+    return [
+        compare.key_text(compare.object_key(obj))
+        for obj in compare.needing_apply(objects, live, field_manager)
+    ]
+
+
 def gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes, scope="inventory"):
     """Live nodes whose GPU taint gpusplit set and now takes off."""
     return render.gpu_taint_removals(live_nodes, plan, taint_enabled, inventory_nodes, scope)
@@ -113,6 +124,7 @@ class FilterModule:
             release_patches,
             node_taints,
             node_patches,
+            apply_needed,
             gpu_taint_removals,
             gpu_taint_nodes,
             stock_plugin_exclusion,

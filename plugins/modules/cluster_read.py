@@ -31,7 +31,9 @@ options:
         costs the controller mostly in handling the result, in proportion to its size, so a query should keep
         only what its caller reads.
       - C(metadata.managedFields) are left out of every object (as C(kubectl get) does) unless C(fields) names
-        C(metadata.managedFields).
+        C(metadata.managedFields); then C(field_manager) (a field manager's name) keeps only that manager's
+        entries of them, which is what a caller needs to tell what its own server-side applies own (a node's
+        entries of its kubelet and controllers are most of them).
     type: dict
     required: true
 extends_documentation_fragment:

@@ -107,6 +107,9 @@ def test_rerun_changes_nothing_and_writes_nothing(split, kubectl):
     proc = run_playbook("site.yml")
     assert all(r["changed"] == 0 for r in recap(proc.stdout).values()), recap(proc.stdout)
     assert writes(kubectl) == before
+    # the labels task is skipped on the read alone (filter apply_needed): no module execution for it
+    labels = proc.stdout.split("TASK [gpusplit.k8s.gpu_split_cluster : Label the planned nodes]", 1)[1]
+    assert labels.split("\n", 1)[1].split("TASK [", 1)[0].strip() == "skipping: [localhost]", labels[:400]
 
 
 def test_changing_one_nodes_split_changes_only_its_daemonset(split, kubectl, tmp_path):

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lean_module import STDIN_LOADER
+
 
 def run_module_file(module_file, args, folder, env, timeout=120):
     """``(exit status, answer)`` of the module ``module_file`` run by this Python with ``args``, written to
@@ -28,8 +30,6 @@ def run_module_file(module_file, args, folder, env, timeout=120):
 def run_program(program, env, python=sys.executable, cwd=None, as_file=None):
     """``(exit status, answer)`` of the lean runner's ``program`` run by ``python``: on stdin (read by the runner's
     one-line loader, as the action plugin sends it), or from the file ``as_file``."""
-    from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lean_module import STDIN_LOADER
-
     argv = [python, str(as_file)] if as_file else [python, "-c", STDIN_LOADER]
     if as_file:
         Path(as_file).write_text(program)

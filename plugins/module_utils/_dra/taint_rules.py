@@ -31,7 +31,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import (
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.report import rule_report, rule_settled
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.apply import is_subset
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.compare import is_subset
 
 KIND = "DeviceTaintRule"
 POLL_SECONDS = 1.0

@@ -25,7 +25,6 @@ import pickle
 import select
 import signal
 import struct
-import subprocess
 import time
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
@@ -66,6 +65,8 @@ def _kill_group(proc):
 
 def run_command(argv, timeout, env=None):
     """Run ``argv`` (stdin closed); ``(rc, stdout, stderr)`` as text, or GpuTimeout after ``timeout`` s."""
+    import subprocess  # here: nvidia-smi needs it, NVML (every run) does not
+
     try:
         proc = subprocess.Popen(
             argv,

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import tempfile
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 
@@ -88,6 +87,8 @@ def record(path, digest, files, scan=None):
     }
     directory = os.path.dirname(path) or "."
     try:
+        import tempfile  # here: only a write needs it
+
         os.makedirs(directory, mode=0o755, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:

@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
 import stat
-import subprocess
 import time
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import RunTheModule
@@ -80,6 +78,8 @@ def atomic_move(src, dest):
     umask, the effective user, and the folder's group where the folder is set-group-ID, else the effective
     group (where this process may set them). OSError where the rename fails.
     """
+    import shutil  # here: only a replaced file needs it
+
     creating = not os.path.exists(dest)
     if not creating:
         try:
@@ -115,6 +115,8 @@ class LeanHost:
     def run_command(self, args, handle_exceptions=False):
         """``(rc, stdout, stderr)`` of ``args`` (a list, no shell); OSError where it cannot start (as
         AnsibleModule's with ``handle_exceptions=False``, the one way the collection calls it)."""
+        import subprocess  # here: only a command needs it
+
         done = subprocess.run(args, capture_output=True, check=False)
         return (
             done.returncode,

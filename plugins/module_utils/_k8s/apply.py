@@ -22,6 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import api_client
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.compare import decide, key_text, object_key
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import LABEL_MANAGED_BY
 
 try:
@@ -42,16 +43,6 @@ _VOLATILE_METADATA = (
 
 class ApplyError(GpusplitError):
     """Bad desired objects or prune specs; raised before any request is sent."""
-
-
-def object_key(obj):
-    meta = obj.get("metadata") or {}
-    return (obj.get("apiVersion"), obj.get("kind"), meta.get("namespace") or "", meta.get("name"))
-
-
-def key_text(key):
-    api_version, kind, namespace, name = key
-    return f"{kind}/{namespace + '/' if namespace else ''}{name} ({api_version})"
 
 
 def object_problems(objects):
@@ -116,78 +107,6 @@ def prune_problems(prune):
                 f"prune selector for {spec['kind']} must include {LABEL_MANAGED_BY} so that only owned objects are deleted"
             )
     return errors
-
-
-def is_subset(desired, live):
-    """True when every field of `desired` is present in `live` with the same value.
-
-    Lists must have the same length and match element by element (the server keeps the order
-    of lists it was given); fields the server adds (defaults, status) are ignored.
-    """
-    if isinstance(desired, dict):
-        if not isinstance(live, dict):
-            return False
-        return all(k in live and is_subset(v, live[k]) for k, v in desired.items())
-    if isinstance(desired, list):
-        if not isinstance(live, list) or len(desired) != len(live):
-            return False
-        return all(is_subset(desired[i], live[i]) for i in range(len(desired)))
-    if isinstance(desired, bool) or isinstance(live, bool):
-        return desired is live
-    if isinstance(desired, (int, float)) and isinstance(live, (int, float)):
-        return desired == live
-    return desired == live
-
-
-def owned_fields(live, field_manager):
-    """The fieldsV1 that ``field_manager`` owns on ``live`` through server-side apply ({} if none)."""
-    for entry in (live.get("metadata") or {}).get("managedFields") or []:
-        if entry.get("manager") == field_manager and entry.get("operation") == "Apply":
-            return entry.get("fieldsV1") or {}
-    return {}
-
-
-def stopped_sending(desired, fields, path=""):
-    """Paths of map fields the manager owns (``fields``, fieldsV1) that ``desired`` no longer has.
-
-    Applying ``desired`` removes such a field (a label gpusplit stopped setting, say), so an
-    object whose live state merely contains ``desired`` still needs the apply. Items of lists
-    (``k:``/``v:`` entries) are left to the list comparison of is_subset.
-    """
-    out = []
-    if not isinstance(fields, dict) or not isinstance(desired, dict):
-        return out
-    for key, sub in fields.items():
-        if not key.startswith("f:"):
-            continue
-        name = key[2:]
-        where = f"{path}.{name}" if path else name
-        if name not in desired:
-            out.append(where)
-        else:
-            out.extend(stopped_sending(desired[name], sub, where))
-    return out
-
-
-def decide(desired_objects, live_index, field_manager=None):
-    """Split desired objects into create / update / unchanged against the live index.
-
-    With ``field_manager``, a live object that contains every desired field but still carries a
-    field this manager applied earlier and no longer sends is an update (the apply removes it).
-    """
-    create, update, unchanged = [], [], []
-    for obj in desired_objects:
-        key = object_key(obj)
-        live = live_index.get(key)
-        if live is None:
-            create.append(obj)
-        elif is_subset(obj, live) and not (
-            field_manager and stopped_sending(obj, owned_fields(live, field_manager))
-        ):
-            unchanged.append(obj)
-        else:
-            update.append(obj)
-    return {"create": create, "update": update, "unchanged": unchanged}
 
 
 def to_prune(live_owned, desired_keys):

@@ -23,7 +23,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import API_ERRORS, error_text
 
-QUERY_KEYS = ("api_version", "kind", "fields", "label_selectors", "namespace")
+QUERY_KEYS = ("api_version", "kind", "fields", "label_selectors", "namespace", "field_manager")
 MANAGED_FIELDS = ("metadata", "managedFields")
 
 
@@ -49,8 +49,8 @@ def _field_paths(fields, where, errors):
 
 
 def check_queries(queries):
-    """``[(name, api_version, kind, label_selector or None, namespace or None, fields or None)]`` in the
-    given order; ``fields`` a tuple of paths, each a tuple of keys."""
+    """``[(name, api_version, kind, label_selector or None, namespace or None, field_manager or None, fields or
+    None)]`` in the given order; ``fields`` a tuple of paths, each a tuple of keys."""
     if not isinstance(queries, dict) or not queries:
         raise GpusplitError(
             f"queries: expected a mapping of name to query (at least one), got {type_name(queries)}"
@@ -75,6 +75,16 @@ def check_queries(queries):
         if namespace is not None and (not isinstance(namespace, str) or not namespace.strip()):
             errors.append(f"{where}.namespace: expected a namespace name, got {type_name(namespace)}")
         fields = _field_paths(query.get("fields"), where, errors)
+        manager = query.get("field_manager")
+        if manager is not None and (not isinstance(manager, str) or not manager.strip()):
+            errors.append(
+                f"{where}.field_manager: expected the name of a field manager, got {type_name(manager)}"
+            )
+        elif manager is not None and MANAGED_FIELDS not in (fields or ()):
+            errors.append(
+                f"{where}.field_manager: keeps one manager's metadata.managedFields, which only a query whose "
+                "fields name metadata.managedFields keeps; add it to fields or leave field_manager out"
+            )
         checked.append(
             (
                 name,
@@ -82,6 +92,7 @@ def check_queries(queries):
                 query.get("kind"),
                 ",".join(selectors) or None,
                 namespace,
+                manager,
                 fields,
             )
         )
@@ -97,13 +108,14 @@ def _without_managed_fields(obj):
     return {**obj, "metadata": {key: value for key, value in meta.items() if key != MANAGED_FIELDS[1]}}
 
 
-def project(obj, paths=None):
+def project(obj, paths=None, manager=None):
     """``obj`` without ``metadata.managedFields`` and, where ``paths`` are given, with only those paths
     (and its ``apiVersion`` and ``kind``).
 
     A path is a tuple of keys into nested mappings; what it reaches is kept whole (a list, a mapping).
     A path that an object does not have is left out of it, as the API leaves out an empty field. Only
-    a path that names them, ``metadata.managedFields``, keeps the managedFields.
+    a path that names them, ``metadata.managedFields``, keeps the managedFields; with ``manager``, only
+    that field manager's entries of them (what a caller needs to tell what its own applies own).
     """
     if paths is None:
         return _without_managed_fields(obj)
@@ -122,6 +134,10 @@ def project(obj, paths=None):
                 # a copy, so that a shorter path kept before is not changed in the object read
                 target[key] = dict(target[key]) if isinstance(target.get(key), dict) else {}
                 target = target[key]
+            if manager is not None and path == MANAGED_FIELDS and isinstance(value, list):
+                value = [
+                    entry for entry in value if isinstance(entry, dict) and entry.get("manager") == manager
+                ]
             target[path[-1]] = value
     return out
 
@@ -138,12 +154,12 @@ def read_queries(connect, checked):
     except API_ERRORS as exc:
         raise GpusplitError(f"connecting to the cluster failed: {error_text(exc)}") from exc
     found = {}
-    for name, api_version, kind, selector, namespace, fields in checked:
+    for name, api_version, kind, selector, namespace, manager, fields in checked:
         try:
             items = cluster.list_items(api_version, kind, label_selector=selector, namespace=namespace)
         except API_ERRORS as exc:
             raise GpusplitError(
                 f"{name}: reading {kind} ({api_version}) from the cluster failed: {error_text(exc)}"
             ) from exc
-        found[name] = [project(item, fields) for item in items]
+        found[name] = [project(item, fields, manager) for item in items]
     return found

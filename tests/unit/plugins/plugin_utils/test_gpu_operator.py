@@ -697,7 +697,7 @@ def test_install_decision():
 
 def test_a_clusterpolicy_already_as_wanted_gives_the_same_object_again():
     """cluster_apply sends nothing when the live object carries every rendered field (re-run = no write)."""
-    from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.apply import is_subset
+    from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.compare import is_subset
 
     plan = fleet()
     live = live_policy(env=[{"name": "X", "value": "1"}])

@@ -582,3 +582,43 @@ def test_the_bundle_is_the_same_text_in_every_run():
         for seed in ("1", "2", "3")
     }
     assert len(texts) == 1 and texts.pop().strip() == lean.bundle(ENTRY)
+
+
+# --- what the program imports ---------------------------------------------------------------------------------
+
+
+def imported_modules(program, env):
+    """The modules the program imported, by name (the interpreter's own import-time report on stderr)."""
+    from ansible_collections.gpusplit.k8s.tests.unit.module_run import STDIN_LOADER
+
+    done = subprocess.run(
+        [sys.executable, "-c", STDIN_LOADER],
+        input=program,
+        capture_output=True,
+        text=True,
+        env=dict(env, PYTHONPROFILEIMPORTTIME="1"),
+        timeout=120,
+        check=True,
+    )
+    assert json.loads(done.stdout)["ansible_facts"]["nvidia_gpus"]
+    return {
+        line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if line.startswith("import time:")
+    }
+
+
+@pytest.mark.parametrize("backend", ["nvml", "nvidia-smi"])
+def test_the_discovery_imports_what_its_reading_uses_and_no_more(backend, tmp_path):
+    """Every GPU host runs the discovery on every run: the standard modules only some readings need (subprocess for
+    nvidia-smi, tempfile and shutil for a write) are imported where they are used, each several ms of the program's
+    CPU (docs/performance.md, seventeenth round); the NVML reading, from the cache, imports none of them."""
+    args = {"backend": backend, "nvidia_smi_path": str(FAKES / "bin" / "nvidia-smi"), "proc_root": str(PROC)}
+    params, _ = lean.check_options(facts.ARGUMENT_SPEC, args, "nvidia_gpu_facts")
+    program = lean.build_program(
+        ENTRY, params, path_options=lean.path_options(facts.ARGUMENT_SPEC), code_cache=str(tmp_path / "cache")
+    )
+    imported_modules(program, host_env())  # compiles the modules and keeps them
+    assert [p.suffix for p in (tmp_path / "cache").iterdir()] == [".code"]
+    imported = imported_modules(program, host_env())
+    assert "json" in imported and "pickle" in imported  # (the report lists what the program did import)
+    assert {"tempfile", "shutil"}.isdisjoint(imported)
+    assert ("subprocess" in imported) is (backend == "nvidia-smi")

@@ -18,6 +18,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import RenderError
 from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import (
     field_paths,
+    query,
     query_fields,
     recorded,
     uncovered,
@@ -766,6 +767,51 @@ def test_the_labelled_nodes_query_keeps_every_field_its_filters_read():
     assert whole[:3] == (["e-zero", "gpu-gone"], ["a-dp", "e-zero", "gpu-gone"], ["gpu-gone", "gpu-gone-2"])
     assert [n["name"] for n in whole[3]] == ["b-dra", "e-zero", "gpu-gone"]  # a-dp and c-op have it
     assert uncovered(reads, LABELLED_FIELDS) == []
-    kept = [project(n, field_paths(LABELLED_FIELDS)) for n in nodes]
-    assert not any("status" in n or "managedFields" in n["metadata"] for n in kept)
+    kept = [project(n, field_paths(LABELLED_FIELDS), "gpusplit") for n in nodes]
+    assert not any("status" in n for n in kept)
+    assert [n["metadata"]["managedFields"] for n in kept] == [[]] * len(
+        kept
+    )  # (the kubelet's entry left out)
     assert decide(kept) == whole
+
+
+def applied_by_gpusplit(patch):
+    """``patch`` (a node patch of the plan) as a live Node after gpusplit's apply of it, with the kubelet's fields."""
+    meta = patch["metadata"]
+    owned = {
+        "f:metadata": {
+            f"f:{part}": {f"f:{key}": {} for key in meta[part] or {}} for part in ("labels", "annotations")
+        }
+    }
+    node = full_node({"metadata": {**meta, "annotations": dict(meta["annotations"] or {})}, "spec": {}})
+    node["metadata"]["managedFields"].append({"manager": "gpusplit", "operation": "Apply", "fieldsV1": owned})
+    return node
+
+
+def test_the_labelled_nodes_read_tells_whether_the_labels_need_an_apply():
+    """The labels task of gpu_split_cluster is skipped where its read shows every planned node labelled by gpusplit's
+    apply (filter apply_needed on the query's projection with gpusplit's managedFields): it decides as the module does on
+    whole nodes, and a node that lost a label, carries one gpusplit no longer sends, or was never labelled needs it."""
+    from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.compare import needing_apply
+
+    assert (
+        query("roles/gpu_split_cluster/tasks/cluster.yml", "labelled")["field_manager"]
+        == "{{ gpusplit_field_manager }}"
+    )
+    patches = render.render_node_patches(fleet(), False, True)
+    nodes = [applied_by_gpusplit(p) for p in patches]
+    nodes[1]["metadata"]["labels"]["gpusplit.io/split"] = "edited"
+    nodes[2]["metadata"]["labels"]["gpusplit.io/old"] = "x"
+    nodes[2]["metadata"]["managedFields"][-1]["fieldsV1"]["f:metadata"]["f:labels"]["f:gpusplit.io/old"] = {}
+    unlabelled = nodes.pop(3)["metadata"]["name"]
+    kept = [project(n, field_paths(LABELLED_FIELDS), "gpusplit") for n in nodes]
+    names = [o["metadata"]["name"] for o in needing_apply(patches, kept, "gpusplit")]
+    assert names == [unlabelled, nodes[1]["metadata"]["name"], nodes[2]["metadata"]["name"]]
+    assert needing_apply(patches, kept, "gpusplit") == needing_apply(patches, nodes, "gpusplit")
+    same = [applied_by_gpusplit(p) for p in patches]
+    assert (
+        needing_apply(
+            patches, [project(n, field_paths(LABELLED_FIELDS), "gpusplit") for n in same], "gpusplit"
+        )
+        == []
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply, compare
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import LABEL_MANAGED_BY
 
 
@@ -28,13 +28,13 @@ def test_stopped_sending_finds_owned_map_fields_missing_from_desired():
         },
     }
     desired = {"metadata": {"labels": {"a": "1"}}, "spec": {"template": {"spec": {"containers": []}}}}
-    assert apply.stopped_sending(desired, fields) == [
+    assert compare.stopped_sending(desired, fields) == [
         "metadata.labels.b",
         "spec.template.spec.runtimeClassName",
     ]
     desired["metadata"]["labels"]["b"] = "2"
     desired["spec"]["template"]["spec"]["runtimeClassName"] = "nvidia"
-    assert apply.stopped_sending(desired, fields) == []
+    assert compare.stopped_sending(desired, fields) == []
 
 
 def test_decide_updates_an_object_that_still_carries_a_label_gpusplit_dropped():
@@ -47,16 +47,44 @@ def test_decide_updates_an_object_that_still_carries_a_label_gpusplit_dropped():
         ],
     )
     index = {apply.object_key(live): live}
-    assert apply.decide([desired], index, "gpusplit")["update"] == [desired]
+    assert compare.decide([desired], index, "gpusplit")["update"] == [desired]
     # without the field manager (or when another manager owns the label) nothing is sent
-    assert apply.decide([desired], index)["unchanged"] == [desired]
-    assert apply.decide([desired], index, "someone")["unchanged"] == [desired]
+    assert compare.decide([desired], index)["unchanged"] == [desired]
+    assert compare.decide([desired], index, "someone")["unchanged"] == [desired]
 
 
 def test_decide_leaves_an_object_alone_once_the_label_is_gone():
     desired = node({"gpusplit.io/split": "true"})
     live = node({"gpusplit.io/split": "true", "other": "x"}, [applied("gpusplit", ["gpusplit.io/split"])])
-    assert apply.decide([desired], {apply.object_key(live): live}, "gpusplit")["unchanged"] == [desired]
+    assert compare.decide([desired], {apply.object_key(live): live}, "gpusplit")["unchanged"] == [desired]
+
+
+def test_needing_apply_names_what_an_apply_would_create_or_change_from_a_read_alone():
+    """The controller's skip of an apply task (filter apply_needed) decides as the module does, from a read that kept
+    the manager's managedFields; a node read without them, or not read at all, needs the apply."""
+    same = node({"gpusplit.io/split": "true"})
+    changed = {
+        **node({"gpusplit.io/split": "false"}),
+        "metadata": {"name": "n2", "labels": {"gpusplit.io/split": "false"}},
+    }
+    dropped = {
+        **node({"gpusplit.io/split": "true"}),
+        "metadata": {"name": "n3", "labels": {"gpusplit.io/split": "true"}},
+    }
+    new = {
+        **node({"gpusplit.io/split": "true"}),
+        "metadata": {"name": "n4", "labels": {"gpusplit.io/split": "true"}},
+    }
+    live = [
+        node({"gpusplit.io/split": "true", "other": "x"}, [applied("gpusplit", ["gpusplit.io/split"])]),
+        {**changed, "metadata": {"name": "n2", "labels": {"gpusplit.io/split": "true"}, "managedFields": []}},
+        {**dropped, "metadata": {**dropped["metadata"], "labels": {"gpusplit.io/split": "true", "gpusplit.io/mode": "x"},
+                                  "managedFields": [applied("gpusplit", ["gpusplit.io/split", "gpusplit.io/mode"])]}},
+    ]  # fmt: skip
+    assert compare.needing_apply([same], live, "gpusplit") == []
+    assert compare.needing_apply([same, changed, dropped, new], live, "gpusplit") == [new, changed, dropped]
+    # read without managedFields: a dropped label could not show, so it is applied
+    assert compare.needing_apply([same], [node({"gpusplit.io/split": "true"})], "gpusplit") == [same]
 
 
 # --------------------------------------------------------------------------------------------

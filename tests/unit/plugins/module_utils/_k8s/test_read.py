@@ -22,13 +22,13 @@ def test_queries_in_order_with_their_selectors_joined():
             "pods": {"api_version": "v1", "kind": "Pod", "namespace": "kube-system"},
         }
     ) == [
-        ("ds", "apps/v1", "DaemonSet", "a=b,c", None, None),
-        ("pods", "v1", "Pod", None, "kube-system", None),
+        ("ds", "apps/v1", "DaemonSet", "a=b,c", None, None, None),
+        ("pods", "v1", "Pod", None, "kube-system", None, None),
     ]
     [query] = check_queries(
         {"p": {"api_version": "v1", "kind": "Pod", "fields": ["status.phase", "metadata"]}}
     )
-    assert query[5] == (("status", "phase"), ("metadata",))
+    assert query[6] == (("status", "phase"), ("metadata",))
 
 
 @pytest.mark.parametrize(
@@ -40,7 +40,7 @@ def test_queries_in_order_with_their_selectors_joined():
         (
             {"x": {"kind": "Pod", "selector": "a"}},
             [
-                "queries['x']: unknown key(s) selector (known: api_version, kind, fields, label_selectors, namespace)",
+                "queries['x']: unknown key(s) selector (known: api_version, kind, fields, label_selectors, namespace, field_manager)",
                 "queries['x'].api_version: expected a non-empty string, got null",
             ],
         ),
@@ -69,6 +69,31 @@ def test_queries_in_order_with_their_selectors_joined():
                 "queries['x'].fields: 3 is not a path of keys separated by dots, such as 'status.phase'",
                 "queries['x'].fields: ' ' is not a path of keys separated by dots, such as 'status.phase'",
             ],
+        ),
+        (
+            {
+                "x": {
+                    "api_version": "v1",
+                    "kind": "Node",
+                    "field_manager": "gpusplit",
+                    "fields": ["metadata.name"],
+                }
+            },
+            [
+                "queries['x'].field_manager: keeps one manager's metadata.managedFields, which only a query whose "
+                "fields name metadata.managedFields keeps; add it to fields or leave field_manager out"
+            ],
+        ),
+        (
+            {
+                "x": {
+                    "api_version": "v1",
+                    "kind": "Node",
+                    "field_manager": 3,
+                    "fields": ["metadata.managedFields"],
+                }
+            },
+            ["queries['x'].field_manager: expected the name of a field manager, got integer"],
         ),
     ],
 )
@@ -159,3 +184,27 @@ def test_each_query_comes_back_with_its_own_fields():
     assert found["phases"] == [
         {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "status": {"phase": "Running"}}
     ]
+
+
+def test_a_field_manager_keeps_only_its_own_managed_fields():
+    entries = [
+        {"manager": "gpusplit", "operation": "Apply", "fieldsV1": {"f:metadata": {"f:labels": {}}}},
+        {"manager": "kwok", "operation": "Update", "subresource": "status"},
+        {"manager": "gpusplit", "operation": "Update"},
+    ]
+    node = {"kind": "Node", "metadata": {"name": "n1", "managedFields": entries}}
+    [(*_, manager, fields)] = check_queries(
+        {
+            "n": {
+                "api_version": "v1",
+                "kind": "Node",
+                "field_manager": "gpusplit",
+                "fields": ["metadata.managedFields"],
+            }
+        }
+    )
+    assert manager == "gpusplit"
+    assert project(node, fields, manager)["metadata"]["managedFields"] == [entries[0], entries[2]]
+    assert project(node, fields, "nobody")["metadata"]["managedFields"] == []
+    assert project(node, fields)["metadata"]["managedFields"] == entries
+    assert node["metadata"]["managedFields"] == entries  # the object read is not changed
