@@ -22,7 +22,6 @@ the plugin that started last sees (a new registration replaces the kubelet's end
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 from kubernetes import client, config
@@ -115,178 +114,41 @@ def plugin_container(pod: dict) -> dict:
     )
 
 
-# how often a simulator syncs even when nothing it watches changed (a safety net; the watches and the files it
-# stamps trigger a sync within a tick of a change)
-RESYNC_SECONDS = 30.0
-# how long one WATCH request lasts before it is made again from the last version seen
-WATCH_SECONDS = 240
+# what one tick of the supervisor reads, shared by the simulators it ticks (each used to read it
+# on its own): time of the read -> the lists
+_VIEW: dict = {"at": None, "view": None}
+VIEW_MAX_AGE = 1.0
 
 
-def _event_lines(stream):
-    """The lines of a streamed answer (a WATCH: one JSON event per line), as they complete."""
-    pending = b""
-    for chunk in stream:
-        pending += chunk if isinstance(chunk, bytes) else str(chunk).encode()
-        *lines, pending = pending.split(b"\n")
-        for line in lines:
-            if line.strip():
-                yield line
+def cluster_view(api: client.ApiClient, max_age: float = VIEW_MAX_AGE) -> dict:
+    """{"nodes": the lab's nodes, "daemonsets": every DaemonSet, "pods": every pod}, as plain JSON, read
+    at most once per ``max_age`` seconds (0: always read)."""
+    now = time.monotonic()
+    if _VIEW["at"] is None or max_age <= 0 or now - _VIEW["at"] > max_age:
+        core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
 
+        # the answer's JSON as it is: the client's models and the dicts made back from them cost about 0.6 ms
+        # of CPU per node, nine times the JSON's own decoding (a 200-node list, 2026-12-03); at 200 nodes the
+        # simulators spent a third of a core on them (the collection reads its lists the same way,
+        # module_utils/_k8s/client.py list_json, which the supervisor cannot import: it runs without the
+        # collection on its path)
+        def items(call, **query):
+            return json.loads(call(_preload_content=False, **query).data).get("items") or []
 
-def _node_fingerprint(node: dict | None):
-    """What the simulators read of a node: a change elsewhere (kwok's heartbeat every 5 minutes) is none of theirs."""
-    if node is None:
-        return None
-    meta, status = node.get("metadata") or {}, node.get("status") or {}
-    return json.dumps(
-        [meta.get("labels"), meta.get("annotations"), status.get("capacity"), status.get("allocatable")],
-        sort_keys=True,
-    )
-
-
-class ClusterWatch:
-    """The lab's nodes (with the fixture label), every DaemonSet and every pod, as plain JSON, kept current the way
-    a kubelet's informers keep theirs: one LIST, then a WATCH from its version, per kind, each in a thread of its
-    own. Listing the three kinds on every tick, as the simulators did, cost the lab about 8.9 s of CPU in 30 s at
-    rest with 200 nodes (the supervisor, the apiserver and etcd; docs/performance.md, seventeenth round); a kubelet
-    and a device plugin read nothing from the apiserver at rest. ``changes`` counts the changes the simulators
-    read (a node's heartbeat is not one); a failed or expired watch (the apiserver restarting, 410 Gone) lists
-    again after ``retry`` seconds, and keeps what it had until then."""
-
-    KINDS = (
-        ("nodes", "core", "list_node", {"label_selector": FIXTURE_LABEL}),
-        ("daemonsets", "apps", "list_daemon_set_for_all_namespaces", {}),
-        ("pods", "core", "list_pod_for_all_namespaces", {}),
-    )
-
-    def __init__(self, new_api, retry: float = 1.0, watch_seconds: int = WATCH_SECONDS):
-        self.new_api = new_api
-        self.retry = retry
-        self.watch_seconds = watch_seconds
-        self.lock = threading.Lock()
-        self.items: dict[str, dict] = {name: {} for name, *_ in self.KINDS}
-        self.listed = {name: False for name, *_ in self.KINDS}
-        self.changes = 0
-        self.stopping = threading.Event()
-        self.threads: list[threading.Thread] = []
-
-    def start(self) -> ClusterWatch:
-        for kind in self.KINDS:
-            thread = threading.Thread(
-                target=self._follow, args=kind, name=f"lab-watch-{kind[0]}", daemon=True
-            )
-            thread.start()
-            self.threads.append(thread)
-        return self
-
-    def stop(self) -> None:
-        self.stopping.set()
-
-    def view(self) -> tuple[dict | None, int]:
-        """``({"nodes": [...], "daemonsets": [...], "pods": [...]}, changes)``; the view is None until every kind
-        was listed once."""
-        with self.lock:
-            if not all(self.listed.values()):
-                return None, self.changes
-            return {name: list(objs.values()) for name, objs in self.items.items()}, self.changes
-
-    @staticmethod
-    def _key(obj: dict) -> tuple:
-        meta = obj.get("metadata") or {}
-        return (meta.get("namespace") or "", meta.get("name"))
-
-    def _caller(self, group: str, method: str):
-        api = self.new_api()
-        return getattr((client.CoreV1Api if group == "core" else client.AppsV1Api)(api), method)
-
-    def _follow(self, name: str, group: str, method: str, query: dict) -> None:
-        while not self.stopping.is_set():
-            try:
-                call = self._caller(group, method)
-                listed = json.loads(call(_preload_content=False, **query).data)
-                with self.lock:
-                    self.items[name] = {self._key(obj): obj for obj in listed.get("items") or []}
-                    self.listed[name] = True
-                    self.changes += 1
-                version = (listed.get("metadata") or {}).get("resourceVersion")
-                while version and not self.stopping.is_set():
-                    version = self._watch(name, call, query, version)
-            except Exception as exc:  # the apiserver may be restarting: list again in a moment
-                print(f"lab watch of {name}: {exc.__class__.__name__}: {str(exc)[:200]}", flush=True)
-            self.stopping.wait(self.retry)
-
-    def _watch(self, name: str, call, query: dict, version: str) -> str | None:
-        """Follow ``name``'s events from ``version``; the version to follow on from when the WATCH ends, or None to
-        list again (its ERROR event: the version expired)."""
-        answer = call(
-            watch=True,
-            resource_version=version,
-            allow_watch_bookmarks=True,
-            timeout_seconds=self.watch_seconds,
-            _preload_content=False,
-            _request_timeout=(10, self.watch_seconds + 30),
-            **query,
-        )
-        try:
-            for line in _event_lines(answer.stream(amt=None, decode_content=False)):
-                event = json.loads(line)
-                kind, obj = event.get("type"), event.get("object") or {}
-                if kind == "ERROR":
-                    return None
-                version = (obj.get("metadata") or {}).get("resourceVersion") or version
-                if kind != "BOOKMARK":
-                    self._apply(name, kind, obj)
-        finally:
-            answer.release_conn()
-        return version
-
-    def _apply(self, name: str, kind: str, obj: dict) -> None:
-        key = self._key(obj)
-        with self.lock:
-            before = self.items[name].get(key)
-            if kind == "DELETED":
-                self.items[name].pop(key, None)
-                after = None
-            else:
-                self.items[name][key] = obj
-                after = obj
-            if name != "nodes" or _node_fingerprint(before) != _node_fingerprint(after):
-                self.changes += 1
-
-
-# the supervisor's one watch, shared by the simulators it ticks
-_WATCH: dict = {"watch": None}
-
-
-def shared_watch() -> ClusterWatch:
-    """The lab's one ClusterWatch, started at the first call (with its own API clients, made from the lab's
-    kubeconfig each time a watch starts again)."""
-    if _WATCH["watch"] is None:
-        _WATCH["watch"] = ClusterWatch(lambda: config.new_client_from_config(str(KUBECONFIG))).start()
-    return _WATCH["watch"]
-
-
-def read_view(api: client.ApiClient) -> dict:
-    """{"nodes": the lab's nodes, "daemonsets": every DaemonSet, "pods": every pod}, read now, as plain JSON."""
-    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-
-    # the answer's JSON as it is: the client's models cost about 0.6 ms of CPU per node, nine times the JSON's own
-    # decoding (a 200-node list, 2026-12-03)
-    def items(call, **query):
-        return json.loads(call(_preload_content=False, **query).data).get("items") or []
-
-    return {
-        "nodes": items(core.list_node, label_selector=FIXTURE_LABEL),
-        "daemonsets": items(apps.list_daemon_set_for_all_namespaces),
-        "pods": items(core.list_pod_for_all_namespaces),
-    }
+        _VIEW["view"] = {
+            "nodes": items(core.list_node, label_selector=FIXTURE_LABEL),
+            "daemonsets": items(apps.list_daemon_set_for_all_namespaces),
+            "pods": items(core.list_pod_for_all_namespaces),
+        }
+        _VIEW["at"] = now
+    return _VIEW["view"]
 
 
 def running_plugins(api: client.ApiClient, view: dict | None = None) -> dict[str, list[tuple]]:
     """node -> [((namespace, DaemonSet), pod), ...] of the running device-plugin pods, oldest first:
-    the last one is the plugin whose registration the kubelet keeps. ``view``: a :meth:`ClusterWatch.view`
+    the last one is the plugin whose registration the kubelet keeps. ``view``: a :func:`cluster_view`
     (default: read now)."""
-    view = view if view is not None else read_view(api)
+    view = view if view is not None else cluster_view(api, max_age=0)
     plugins = {
         (ds["metadata"]["namespace"], ds["metadata"]["name"]): ds
         for ds in view["daemonsets"]
@@ -309,37 +171,22 @@ def running_plugins(api: client.ApiClient, view: dict | None = None) -> dict[str
 
 
 class TickedSimulator:
-    """A lab simulator the supervisor ticks: ``sync(view)`` at most every ``interval`` seconds, and only when the
-    supervisor's watch of the cluster (:class:`ClusterWatch`) or what the simulator stamps of its own files
-    (:meth:`stamp`) changed since its last sync, or ``RESYNC_SECONDS`` passed; one API client for its writes, kept
-    between ticks and dropped after a failure (the apiserver may be restarting)."""
+    """A lab simulator the supervisor ticks: ``sync()`` at most every ``interval`` seconds, with one
+    API client kept between ticks and dropped after a failure (the apiserver may be restarting)."""
 
     label = "simulator"
 
-    def __init__(self, interval: float = 2.0, watch: ClusterWatch | None = None):
+    def __init__(self, interval: float = 2.0):
         self.interval = interval
         self.next_run = 0.0
-        self.next_resync = 0.0
-        self.synced = None
         self._api = None
-        self._watch = watch
 
     def api(self) -> client.ApiClient:
         if self._api is None:
             self._api = config.new_client_from_config(str(KUBECONFIG))
         return self._api
 
-    def watch(self) -> ClusterWatch:
-        if self._watch is None:
-            self._watch = shared_watch()
-        return self._watch
-
-    def stamp(self, view: dict):
-        """What of the simulator's own inputs outside the cluster may have changed (default: the fixture files
-        of the view's nodes)."""
-        return fixture_stamps(view)
-
-    def sync(self, view: dict) -> None:
+    def sync(self) -> None:
         raise NotImplementedError
 
     def tick(self) -> None:
@@ -347,40 +194,19 @@ class TickedSimulator:
             return
         self.next_run = time.time() + self.interval
         try:
-            view, changes = self.watch().view()
-            if view is None:
-                return
-            seen = (changes, self.stamp(view))
-            if seen == self.synced and time.time() < self.next_resync:
-                return
-            self.sync(view)
-            self.synced, self.next_resync = seen, time.time() + RESYNC_SECONDS
+            self.sync()
         except Exception as exc:  # the apiserver may be restarting; try again next tick
             self._api = None
-            self.synced = None
             print(f"{self.label}: {exc.__class__.__name__}: {str(exc)[:200]}", flush=True)
-
-
-def fixture_stamps(view: dict) -> tuple:
-    """(fixture, mtime, size) of each fixture the view's nodes name: a fixture edited (a GPU lost) changes it."""
-    out = []
-    for fixture in sorted(
-        {(n["metadata"].get("labels") or {}).get(FIXTURE_LABEL) for n in view["nodes"]} - {None}
-    ):
-        try:
-            st = (FIXTURES / f"{fixture}.json").stat()
-            out.append((fixture, st.st_mtime_ns, st.st_size))
-        except OSError:
-            out.append((fixture, None, None))
-    return tuple(out)
 
 
 class DevicePluginSimulator(TickedSimulator):
     label = "device plugin simulator"
 
-    def sync(self, view: dict) -> None:
+    def sync(self) -> None:
         api = self.api()
         core = client.CoreV1Api(api)
+        view = cluster_view(api)
         running = running_plugins(api, view)
         for node in view["nodes"]:
             self.sync_node(core, node, running.get(node["metadata"]["name"], []))

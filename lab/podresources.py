@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import time
 from pathlib import Path
 
 from kubernetes import client
@@ -387,19 +386,9 @@ class PodResourcesSimulator(dp.TickedSimulator):
             return {}
         return {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in found.get("items") or []}
 
-    def stamp(self, view: dict):
-        """The fixtures, which of the nodes' sockets are there (a test may remove one), and, while a pod on a
-        lab node uses claims, the time (their ResourceClaims are read, not watched: sync on every tick)."""
-        names = sorted(n["metadata"]["name"] for n in view["nodes"])
-        uses_claims = any(
-            (p.get("spec") or {}).get("resourceClaims") and (p.get("spec") or {}).get("nodeName") in names
-            for p in view["pods"]
-        )
-        sockets = tuple(socket_path(name, self.hosts_root).exists() for name in names)
-        return (dp.fixture_stamps(view), sockets, time.time() if uses_claims else None)
-
-    def sync(self, view: dict) -> None:
+    def sync(self) -> None:
         api = self.api()
+        view = dp.cluster_view(api)
         nodes = view["nodes"]
         names = {n["metadata"]["name"] for n in nodes}
         pods = [p for p in view["pods"] if (p.get("spec") or {}).get("nodeName") in names]

@@ -49,7 +49,7 @@ from ansible.utils.display import Display
 from ansible.vars.clean import remove_internal_keys
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._lean.bootstrap import RUN_MODULE
+from ansible_collections.gpusplit.k8s.plugins.module_utils._lean.bootstrap import RUN_MODULE, STDIN_LOADER
 
 display = Display()
 
@@ -58,10 +58,6 @@ PREFIX = "ansible_collections.gpusplit.k8s.plugins.module_utils"
 BOOTSTRAP = MODULE_UTILS / "_lean" / "bootstrap.py"
 # the serialization profile of a module's answer that has no tags (ansible-core's name)
 PROFILE = "legacy"
-# the program on stdin, read whole and run by the interpreter's -c: given the program itself on stdin, Python
-# tokenizes it from C stdio, which reads a byte per system call where stdio is unbuffered (PYTHONUNBUFFERED or -u
-# in the task's environment): 69,000 reads and about 65 ms more of CPU for the discovery's program (2026-12-04)
-STDIN_LOADER = 'import sys;exec(compile(sys.stdin.buffer.read(),"gpusplit_lean","exec"))'
 
 
 def module_file(name):

@@ -8,7 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lean_module import STDIN_LOADER
+# the host side's constant (standard library only): the other Pythons' test runs import this file too
+from ansible_collections.gpusplit.k8s.plugins.module_utils._lean.bootstrap import STDIN_LOADER
 
 
 def run_module_file(module_file, args, folder, env, timeout=120):

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
-import time
 
 import pytest
 
@@ -76,155 +74,55 @@ def test_a_fixture_is_read_again_when_its_file_changes(tmp_path, monkeypatch):
 
 
 class _Answer:
-    """A LIST answer (``data``), or a WATCH answer streamed in pieces that split its lines anywhere."""
-
-    def __init__(self, items=None, version="1", events=None):
-        self.data = json.dumps(
-            {"kind": "List", "metadata": {"resourceVersion": version}, "items": items}
-        ).encode()
-        text = "".join(json.dumps(event) + "\n" for event in events or [])
-        self.pieces = [text[i : i + 7].encode() for i in range(0, len(text), 7)]
-        self.released = False
-
-    def stream(self, amt=None, decode_content=False):
-        yield from self.pieces
-
-    def release_conn(self):
-        self.released = True
+    def __init__(self, items):
+        self.data = json.dumps({"kind": "List", "items": items}).encode()
 
 
-NODE = {"metadata": {"name": "lab-x", "labels": {dp.FIXTURE_LABEL: "dgx-h100"}}, "status": {}}
-DS = {
-    "metadata": {"namespace": "kube-system", "name": "split-lab-x"},
-    "spec": {"template": {"spec": {"containers": [{"image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"}]}}},
-}
-POD = {
-    "metadata": {
-        "namespace": "kube-system",
-        "name": "p",
-        "resourceVersion": "5",
-        "ownerReferences": [{"kind": "DaemonSet", "name": "split-lab-x"}],
-    },
-    "spec": {"nodeName": "lab-x"},
-    "status": {"phase": "Running"},
-}
+def test_the_simulators_of_one_tick_share_one_read_of_the_cluster(monkeypatch):
+    """Both simulators of a supervisor tick read the nodes, DaemonSets and pods once, as plain JSON."""
+    calls = []
+    node = {"metadata": {"name": "lab-x", "labels": {dp.FIXTURE_LABEL: "dgx-h100"}}}
+    ds = {
+        "metadata": {"namespace": "kube-system", "name": "split-lab-x"},
+        "spec": {
+            "template": {"spec": {"containers": [{"image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.4"}]}}
+        },
+    }
+    pod = {
+        "metadata": {
+            "namespace": "kube-system",
+            "name": "p",
+            "ownerReferences": [{"kind": "DaemonSet", "name": "split-lab-x"}],
+        },
+        "spec": {"nodeName": "lab-x"},
+        "status": {"phase": "Running"},
+    }
 
-
-def fake_api(calls, lists, watches):
-    """API classes whose LIST calls answer ``lists[kind]`` and whose WATCH calls answer ``watches[kind]`` in turn
-    (then block: the test's watch thread stays there)."""
-
-    def method(kind):
-        def call(**query):
-            calls.append((kind, dict(query)))
-            assert query.pop("_preload_content") is False
-            if not query.pop("watch", False):
-                return _Answer(lists[kind], version="3")
-            assert query["allow_watch_bookmarks"] is True
-            if watches[kind]:
-                return watches[kind].pop(0)
-            threading.Event().wait()
+    def lister(name, items):
+        def call(**kwargs):
+            calls.append((name, kwargs))
+            assert kwargs.pop("_preload_content") is False
+            return _Answer(items)
 
         return call
 
     class Core:
         def __init__(self, api):
-            self.list_node = method("nodes")
-            self.list_pod_for_all_namespaces = method("pods")
+            self.list_node = lister("nodes", [node])
+            self.list_pod_for_all_namespaces = lister("pods", [pod])
 
     class Apps:
         def __init__(self, api):
-            self.list_daemon_set_for_all_namespaces = method("daemonsets")
+            self.list_daemon_set_for_all_namespaces = lister("daemonsets", [ds])
 
-    return Core, Apps
-
-
-def wait_for(predicate, timeout=10.0):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if predicate():
-            return True
-        time.sleep(0.01)
-    return False
-
-
-def test_the_simulators_read_the_cluster_through_one_list_and_watch_per_kind(monkeypatch):
-    """The supervisor's simulators read the nodes, DaemonSets and pods from a LIST and then a WATCH from its version
-    (ClusterWatch), as plain JSON; a node's heartbeat is no change for them, a pod's event and a node's new
-    capacity are; an expired watch (ERROR) lists again."""
-    calls = []
-    heartbeat = {**NODE, "status": {"conditions": [{"type": "Ready", "lastHeartbeatTime": "t2"}]}}
-    capacity = {**NODE, "status": {"capacity": {"nvidia.com/gpu": "8"}}}
-    pending = {
-        **POD,
-        "metadata": {**POD["metadata"], "name": "q", "resourceVersion": "7"},
-        "status": {"phase": "Pending"},
-    }
-    watches = {
-        "nodes": [_Answer(events=[{"type": "MODIFIED", "object": heartbeat}, {"type": "MODIFIED", "object": capacity}])],
-        "daemonsets": [_Answer(events=[{"type": "ERROR", "object": {"kind": "Status", "code": 410}}])],
-        "pods": [_Answer(events=[{"type": "BOOKMARK", "object": {"metadata": {"resourceVersion": "6"}}},
-                                 {"type": "ADDED", "object": pending}, {"type": "DELETED", "object": pending}])],
-    }  # fmt: skip
-    core, apps = fake_api(calls, {"nodes": [NODE], "daemonsets": [DS], "pods": [POD]}, watches)
-    monkeypatch.setattr(dp.client, "CoreV1Api", core)
-    monkeypatch.setattr(dp.client, "AppsV1Api", apps)
-    watch = dp.ClusterWatch(lambda: object(), retry=0.01).start()
-    try:
-        # every kind listed (daemonsets twice: its watch expired), then followed from the list's version
-        assert wait_for(lambda: sum(1 for kind, q in calls if kind == "daemonsets" and "watch" not in q) >= 2)
-        assert wait_for(lambda: sum(1 for _, q in calls if "watch" in q) >= 4)
-        view, changes = watch.view()
-        assert [n["status"] for n in view["nodes"]] == [capacity["status"]]
-        assert view["daemonsets"] == [DS] and view["pods"] == [POD]
-        # lists 4 (nodes, pods, daemonsets twice) + the capacity + the pod added and deleted; not the heartbeat
-        assert changes == 7
-        listed = [q for kind, q in calls if kind == "nodes" and "watch" not in q]
-        assert listed == [{"label_selector": dp.FIXTURE_LABEL, "_preload_content": False}]
-        followed = [q for kind, q in calls if kind == "pods" and "watch" in q]
-        assert followed[0]["resource_version"] == "3"
-        assert followed[1]["resource_version"] == "7"  # on from the last event's version
-        assert dp.running_plugins(object(), view) == {"lab-x": [(("kube-system", "split-lab-x"), POD)]}
-    finally:
-        watch.stop()
-
-
-def test_a_simulator_syncs_when_its_view_or_its_files_change_and_else_rests(monkeypatch, tmp_path):
-    """A tick syncs only when the watch counted a change, a fixture file changed, or the resync time passed."""
-
-    class Watch:
-        changes = 1
-
-        def view(self):
-            return {"nodes": [NODE], "daemonsets": [], "pods": []}, self.changes
-
-    class Counting(dp.TickedSimulator):
-        def __init__(self, watch):
-            super().__init__(interval=0, watch=watch)
-            self.views = []
-
-        def sync(self, view):
-            self.views.append(view)
-
-    fixtures = tmp_path / "fixtures"
-    fixtures.mkdir()
-    (fixtures / "dgx-h100.json").write_text("{}")
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text("")
-    monkeypatch.setattr(dp, "FIXTURES", fixtures)
-    monkeypatch.setattr(dp, "KUBECONFIG", kubeconfig)
-    watch = Watch()
-    sim = Counting(watch)
-    for _ in range(3):
-        sim.tick()
-    assert len(sim.views) == 1
-    watch.changes = 2
-    sim.tick()
-    sim.tick()
-    assert len(sim.views) == 2
-    (fixtures / "dgx-h100.json").write_text('{"gpus": []}')  # a fixture edited: its size changed
-    sim.tick()
-    assert len(sim.views) == 3
-    sim.next_resync = 0.0  # the resync time passed
-    sim.tick()
-    assert len(sim.views) == 4
+    monkeypatch.setattr(dp.client, "CoreV1Api", Core)
+    monkeypatch.setattr(dp.client, "AppsV1Api", Apps)
+    monkeypatch.setattr(dp, "_VIEW", {"at": None, "view": None})
+    first = dp.cluster_view(object())
+    assert dp.cluster_view(object()) is first  # the second simulator of the tick
+    assert [name for name, _ in calls] == ["nodes", "daemonsets", "pods"]
+    assert calls[0][1] == {"label_selector": dp.FIXTURE_LABEL}
+    assert dp.running_plugins(object(), first) == {"lab-x": [(("kube-system", "split-lab-x"), pod)]}
+    assert len(calls) == 3
+    dp.cluster_view(object(), max_age=0)  # a read older than max_age is read again
+    assert len(calls) == 6

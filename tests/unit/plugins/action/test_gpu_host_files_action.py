@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lean_module import STDIN_LOADER
+from ansible_collections.gpusplit.k8s.plugins.module_utils._lean.bootstrap import STDIN_LOADER
 from ansible_collections.gpusplit.k8s.tests.unit.playbook_run import ROUTES, run_play, skip_without_sudo
 
 ROOT = Path(__file__).resolve().parents[4]
