@@ -12,9 +12,13 @@ description:
   - Per node the verdict is C(OK), C(DRIFT) (not as planned yet or any more, nothing a pod can
     misuse) or C(FAIL) (the split does not hold, for example more GPUs advertised than the
     Kubernetes share, a host process on a Kubernetes GPU, two device plugins on one node).
-  - With I(wait_seconds) it re-reads until no node is in DRIFT, for a plugin that is still
+  - With I(wait_seconds) it re-reads every 2 seconds until no node is in DRIFT, for plugins that are still
     starting; a FAIL must hold for 15 seconds (within I(wait_seconds)) before it is reported,
     since right after an apply the old plugin pod or the kubelet's last count can still show.
+  - I(wait_seconds) counts from the last read with fewer nodes in DRIFT than any read before it, so the
+    wait goes on while a big fleet's plugins keep coming up (the controller-manager creates their pods at
+    its client rate, about five writes per node at 20 per second by default) and ends I(wait_seconds)
+    after the last node came right.
   - Read-only. Run it on the controller.
   - Its action plugin, on the controller, sends the module only what the comparison reads of O(plan) and
     O(facts) (of each node plan its mode, host, node, UUIDs, resources and the uuid and share of its GPUs; of
@@ -30,7 +34,9 @@ options:
     type: dict
     default: {}
   wait_seconds:
-    description: Keep re-reading for up to this many seconds while any node is in DRIFT.
+    description:
+      - Keep re-reading while any node is in DRIFT, until no node has come right for this many seconds.
+      - The whole wait is at most (planned nodes + 1) times this (and a read each time). C(0) reads once.
     type: int
     default: 0
 extends_documentation_fragment:
@@ -60,13 +66,19 @@ report:
       mig_strategy mixed, each C(nvidia.com/mig-<profile>)). Each of them is compared.
   returned: always
   type: dict
+waited_seconds:
+  description: How long it re-read the cluster (see I(wait_seconds)); 0 for one read.
+  returned: always
+  type: float
+reads:
+  description: How often it read the cluster.
+  returned: always
+  type: int
 table:
   description: The report as a fixed-width table.
   returned: always
   type: str
 """
-
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 
@@ -80,8 +92,6 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     require_kubernetes,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
-
-FAIL_SETTLE_SECONDS = 15
 
 
 def read_cluster(api):
@@ -102,26 +112,22 @@ def main():
     p = module.params
     with fail_on_refusal(module, changed=False):
         verify.require_fleet_plan(p["plan"], p["facts"])  # refused before the cluster is read
-        report = watch(module, p)
-    module.exit_json(changed=False, report=report, table=verify.report_table(report))
+        report, waited, reads = watch(module, p)
+    module.exit_json(
+        changed=False, report=report, table=verify.report_table(report), waited_seconds=waited, reads=reads
+    )
 
 
 def watch(module, p):
-    """The fleet report, re-read while a node is in DRIFT (or a FAIL has not settled) within wait_seconds."""
+    """``(report, seconds waited, reads)``: the fleet report, re-read while a node is in DRIFT (or a FAIL has not
+    settled), verify.wait_for_fleet."""
     api = reading(module, api_client, p)
-    start = time.time()
-    deadline = start + max(0, p["wait_seconds"])
-    # a FAIL right after an apply can be the old plugin pod or the kubelet's last count:
-    # it must hold for a short settle time before it is reported
-    settle = start + min(FAIL_SETTLE_SECONDS, max(0, p["wait_seconds"]))
-    while True:
+
+    def read_report():
         nodes, pods = reading(module, read_cluster, api)
-        report = verify.verify_fleet(p["plan"], nodes, pods, p["facts"])
-        counts = report["counts"]
-        now = time.time()
-        if now >= deadline or (counts[verify.DRIFT] == 0 and (counts[verify.FAIL] == 0 or now >= settle)):
-            return report
-        time.sleep(2)
+        return verify.verify_fleet(p["plan"], nodes, pods, p["facts"])
+
+    return verify.wait_for_fleet(read_report, p["wait_seconds"])
 
 
 def reading(module, read, *args):

@@ -18,6 +18,7 @@ device plugin may run there (``other_plugins_allowed``), processes are checked
 from __future__ import annotations
 
 import json
+import time
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
@@ -37,6 +38,11 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import
 
 OK, DRIFT, FAIL = "OK", "DRIFT", "FAIL"
 PLUGIN_IMAGE_HINT = "k8s-device-plugin"
+# a FAIL right after an apply can be the old plugin pod or the kubelet's last count: it must hold this long
+# (within the wait) before it is reported
+FAIL_SETTLE_SECONDS = 15
+# seconds between two reads of the cluster while waiting
+READ_INTERVAL_SECONDS = 2
 
 
 def _quantity(value):
@@ -382,6 +388,38 @@ def verify_fleet(plan, nodes, pods, facts_by_host):
         )
     counts = {v: sum(1 for e in entries if e["verdict"] == v) for v in (OK, DRIFT, FAIL)}
     return {"nodes": entries, "counts": counts, "ok": counts[FAIL] == 0 and counts[DRIFT] == 0}
+
+
+def wait_for_fleet(read_report, wait_seconds, clock=time.monotonic, sleep=time.sleep):
+    """The fleet report of ``read_report()`` (a fresh read of the cluster, compared), read again every
+    READ_INTERVAL_SECONDS while a node is in DRIFT, or a FAIL has not held for FAIL_SETTLE_SECONDS (within
+    ``wait_seconds``): ``(report, seconds waited, reads)``.
+
+    ``wait_seconds`` counts from the last read that had fewer nodes in DRIFT than every read before it, not
+    from the start: on a first run the controller-manager creates the split plugins' pods at its client rate
+    (about five writes per node's DaemonSet at 20 per second by default), so a fleet's nodes come right one
+    after the other for minutes at a thousand nodes; the wait goes on while they do, and ends ``wait_seconds``
+    after the last one that came right (a plugin that does not start). The lowest count can fall at most once
+    per planned node, so the whole wait stays under (planned nodes + 1) x (``wait_seconds`` + one read).
+    ``wait_seconds`` 0: one read."""
+    wait = max(0, wait_seconds)
+    start = clock()
+    settle = start + min(FAIL_SETTLE_SECONDS, wait)
+    deadline = start + wait
+    lowest = None
+    reads = 0
+    while True:
+        report = read_report()
+        reads += 1
+        counts = report["counts"]
+        now = clock()
+        if lowest is None or counts[DRIFT] < lowest:
+            if lowest is not None:
+                deadline = now + wait
+            lowest = counts[DRIFT]
+        if now >= deadline or (counts[DRIFT] == 0 and (counts[FAIL] == 0 or now >= settle)):
+            return report, round(now - start, 1), reads
+        sleep(READ_INTERVAL_SECONDS)
 
 
 def _allocatable_cell(entry):

@@ -265,3 +265,117 @@ def test_verify_inputs_pass_bad_shapes_on_for_the_same_refusal():
     assert cut.value.errors == whole.value.errors and len(whole.value.errors) == 6
     assert verify.verify_inputs("no plan", None) == ("no plan", None)
     assert verify.verify_inputs({"nodes": []}, []) == ({"nodes": []}, [])
+
+
+class FakeClock:
+    """The clock and the sleep of verify.wait_for_fleet: only sleeping moves the time on."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+    def sleep(self, seconds):
+        self.now += seconds
+
+
+def fleet_of(count):
+    """A plan of ``count`` device-plugin nodes (n0, n1, ...), each with 3 of its 4 GPUs for Kubernetes."""
+    return plan_fleet(
+        {
+            f"n{i}": {"facts": facts(), "mode": "device_plugin", "split": {"host_count": 1}}
+            for i in range(count)
+        }
+    )
+
+
+def cluster_at(count, right):
+    """The nodes and plugin pods of a fleet of ``count`` nodes whose first ``right`` nodes advertise their share
+    (the others still 0, their plugin pod not there yet)."""
+    nodes, pods = [], []
+    for i in range(count):
+        name = f"n{i}"
+        nodes.append(
+            {
+                "metadata": {"name": name},
+                "status": {"allocatable": {"nvidia.com/gpu": "3" if i < right else "0"}},
+            }
+        )
+        if i < right:
+            pod = plugin_pod(f"dp-{name}")
+            pod["spec"]["nodeName"] = name
+            pods.append(pod)
+    return nodes, pods
+
+
+def reader(plan_, clock, right_at):
+    """read_report for wait_for_fleet: the fleet as it is at the clock's time, ``right_at(t)`` nodes right."""
+    count = len(plan_["nodes"])
+
+    def read_report():
+        nodes, pods = cluster_at(count, right_at(clock()))
+        return verify.verify_fleet(plan_, nodes, pods, {})
+
+    return read_report
+
+
+def test_the_wait_goes_on_while_nodes_keep_coming_right():
+    # a big fleet's first run: the controller-manager brings one node's plugin up every 6 s, longer between
+    # two nodes than wait_seconds but never stopping; all 10 nodes are waited for
+    clock, plan_ = FakeClock(), fleet_of(10)
+    report, waited, reads = verify.wait_for_fleet(
+        reader(plan_, clock, lambda t: min(10, int(t // 6))), 8, clock=clock, sleep=clock.sleep
+    )
+    assert report["ok"], report["counts"]
+    assert report["counts"] == {verify.OK: 10, verify.DRIFT: 0, verify.FAIL: 0}
+    assert waited == 60.0 and reads == 31  # far past the 8 s that a wait counted from the start would stop at
+
+
+def test_the_wait_ends_wait_seconds_after_the_last_node_came_right():
+    # two nodes come right at 4 s and 10 s, the third never (a plugin that does not start)
+    clock, plan_ = FakeClock(), fleet_of(3)
+    report, waited, _ = verify.wait_for_fleet(
+        reader(plan_, clock, lambda t: 0 if t < 4 else 1 if t < 10 else 2), 8, clock=clock, sleep=clock.sleep
+    )
+    assert report["counts"] == {verify.OK: 2, verify.DRIFT: 1, verify.FAIL: 0}
+    assert [e["verdict"] for e in report["nodes"]] == [verify.OK, verify.OK, verify.DRIFT]
+    assert waited == 18.0  # the last progress at 10 s, then 8 s
+
+
+def test_a_node_that_drifts_again_does_not_extend_the_wait():
+    # 2 nodes right, then one falls back and comes right again, over and over: no fewer nodes in DRIFT than the
+    # lowest count seen, so the wait ends wait_seconds after that count was first read
+    clock, plan_ = FakeClock(), fleet_of(3)
+    report, waited, _ = verify.wait_for_fleet(
+        reader(plan_, clock, lambda t: 0 if t < 2 else (2 if int(t // 2) % 2 else 1)),
+        10,
+        clock=clock,
+        sleep=clock.sleep,
+    )
+    assert report["counts"][verify.DRIFT] >= 1
+    assert waited == 12.0
+
+
+def test_no_wait_reads_once():
+    clock, plan_ = FakeClock(), fleet_of(2)
+    report, waited, reads = verify.wait_for_fleet(
+        reader(plan_, clock, lambda t: 1), 0, clock=clock, sleep=clock.sleep
+    )
+    assert (report["counts"][verify.DRIFT], waited, reads) == (1, 0.0, 1)
+
+
+def test_a_fail_without_drift_is_reported_once_it_held_for_the_settle_time():
+    clock = FakeClock()
+    plan_ = fleet_of(1)
+
+    def read_report():  # 4 GPUs advertised where the share is 3, from the start
+        return verify.verify_fleet(plan_, [node(4) | {"metadata": {"name": "n0"}}], [], {})
+
+    report, waited, _ = verify.wait_for_fleet(read_report, 60, clock=clock, sleep=clock.sleep)
+    assert report["counts"][verify.FAIL] == 1
+    # the first read at or past the settle time (reads every 2 s)
+    assert waited == verify.FAIL_SETTLE_SECONDS + 1
+    clock = FakeClock()
+    _, waited, _ = verify.wait_for_fleet(read_report, 4, clock=clock, sleep=clock.sleep)
+    assert waited == 4.0  # within a shorter wait
