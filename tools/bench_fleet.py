@@ -67,6 +67,8 @@ BACKGROUND_SUBRESOURCES = {"status", "token"}
 # how long the cleanup waits for the garbage collector to delete the pods of the bench's DaemonSets
 # (else their DELETEs fall into the next fleet size's re-run)
 GC_WAIT_SECONDS = 120
+# how long the bench waits after a first run for the controller-manager to finish with the split DaemonSets
+SETTLE_SECONDS = 180
 
 CALLBACK = """
 import json
@@ -343,6 +345,49 @@ def wait_for_bench_pods_gone(core, timeout: float = GC_WAIT_SECONDS) -> int:
         time.sleep(2)
 
 
+def settled(daemonset: dict) -> bool:
+    """Whether the DaemonSet controller is done with a DaemonSet (JSON as the apiserver sends it): it observed the
+    current generation, and as many pods as it wants are scheduled, updated, ready and available."""
+    meta, status = daemonset.get("metadata") or {}, daemonset.get("status") or {}
+    want = status.get("desiredNumberScheduled")
+    return (
+        want is not None
+        and status.get("observedGeneration") == meta.get("generation")
+        # (the API leaves out a count of 0)
+        and all(
+            status.get(count, 0) == want
+            for count in (
+                "currentNumberScheduled",
+                "updatedNumberScheduled",
+                "numberReady",
+                "numberAvailable",
+            )
+        )
+    )
+
+
+def wait_until_settled(apps, timeout: float = SETTLE_SECONDS) -> tuple[float, int]:
+    """Wait until the split DaemonSets of the bench's nodes are settled (:func:`settled`); ``(seconds waited, how
+    many were not)``. A first run ends when every node advertises its share (``gpu_verify``), while the
+    controller-manager still writes the DaemonSets' status at its client rate (20 per second by default: about
+    10 s more for 200 DaemonSets); a re-run started then would count that tail, and a real fleet's re-run finds a
+    settled cluster."""
+    start = time.monotonic()
+    while True:
+        answer = apps.list_daemon_set_for_all_namespaces(
+            label_selector="app.kubernetes.io/managed-by=gpusplit", _preload_content=False
+        )
+        left = [
+            ds
+            for ds in json.loads(answer.data).get("items") or []
+            if PREFIX in ds["metadata"]["name"] and not settled(ds)
+        ]
+        waited = time.monotonic() - start
+        if not left or waited > timeout:
+            return round(waited, 1), len(left)
+        time.sleep(1)
+
+
 def children_cpu() -> float:
     """CPU seconds of every child process of the bench reaped so far (and of their children)."""
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -472,9 +517,12 @@ def tasks_per_host(run: dict, n: int) -> float:
 
 
 def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_vars: tuple = ()) -> list[dict]:
+    from kubernetes import client
+
     from lab import nodes
 
     core = nodes.api()
+    apps = client.AppsV1Api(core.api_client)
     (workdir / "callbacks").mkdir(parents=True, exist_ok=True)
     (workdir / "callbacks" / "gpusplit_bench_count.py").write_text(CALLBACK)
     rows = []
@@ -485,6 +533,7 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_va
         load_before = os.getloadavg()
         try:
             first = run_site(inv, forks, workdir, f"{n}-first", extra_env, extra_vars)
+            settle_s, unsettled = wait_until_settled(apps)
             before = apiserver_writes(core)
             again = run_site(inv, forks, workdir, f"{n}-rerun", extra_env, extra_vars)
             after = apiserver_writes(core)
@@ -493,6 +542,9 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_va
         row = {
             "hosts": n,
             "first_s": round(first["seconds"], 1),
+            # after the first run, until the controller-manager was done with the split DaemonSets
+            "settle_s": settle_s,
+            "unsettled": unsettled,
             "rerun_s": round(again["seconds"], 1),
             "first_rc": first["rc"],
             "rerun_rc": again["rc"],
@@ -630,6 +682,11 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         if row["apiserver"]["by_kind"]:
             print(f"{row['hosts']} hosts, re-run writes: {row['apiserver']['by_kind']}")
+        print(
+            f"{row['hosts']} hosts: the split DaemonSets settled {row['settle_s']} s after the first run"
+            + (f" ({row['unsettled']} not yet)" if row["unsettled"] else "")
+            + ", before the re-run"
+        )
         if row["steal_s_first"] or row["steal_s_rerun"]:
             print(
                 f"{row['hosts']} hosts: the hypervisor took {row['steal_s_first']} s (first run) and "

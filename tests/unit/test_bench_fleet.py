@@ -211,3 +211,53 @@ def test_a_processs_cpu_is_read_from_proc_and_a_gone_one_is_left_out(tmp_path):
     assert bench_fleet.process_cpu(busy.pid) is None  # reaped: no /proc entry
     assert bench_fleet.lab_cpu_between({"restarted": 9.0}, {"restarted": 1.0}) == {}
     assert bench_fleet.steal_seconds() >= 0.0
+
+
+def daemonset_status(generation=2, **status):
+    return {"metadata": {"name": "gpusplit-dp-bench-0001", "generation": generation}, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("daemonset", "done"),
+    [
+        (
+            daemonset_status(
+                observedGeneration=2,
+                desiredNumberScheduled=1,
+                currentNumberScheduled=1,
+                updatedNumberScheduled=1,
+                numberReady=1,
+                numberAvailable=1,
+            ),
+            True,
+        ),
+        # the pod is up but the controller has not written that it is available yet
+        (
+            daemonset_status(
+                observedGeneration=2,
+                desiredNumberScheduled=1,
+                currentNumberScheduled=1,
+                updatedNumberScheduled=1,
+                numberReady=1,
+            ),
+            False,
+        ),
+        # a status of the generation before (an apply changed the DaemonSet)
+        (
+            daemonset_status(
+                observedGeneration=1,
+                desiredNumberScheduled=1,
+                currentNumberScheduled=1,
+                updatedNumberScheduled=1,
+                numberReady=1,
+                numberAvailable=1,
+            ),
+            False,
+        ),
+        (daemonset_status(), False),  # no status yet
+        # no node for it: nothing to wait for (the API leaves the zero counts out)
+        (daemonset_status(observedGeneration=2, desiredNumberScheduled=0), True),
+    ],
+)
+def test_a_daemonset_is_settled_once_its_controller_wrote_every_pod_available(daemonset, done):
+    assert bench_fleet.settled(daemonset) is done
