@@ -217,43 +217,25 @@ def daemonset_status(generation=2, **status):
     return {"metadata": {"name": "gpusplit-dp-bench-0001", "generation": generation}, "status": status}
 
 
+# a DaemonSet of one pod that its controller is done with
+DONE = {
+    "observedGeneration": 2,
+    "desiredNumberScheduled": 1,
+    "currentNumberScheduled": 1,
+    "updatedNumberScheduled": 1,
+    "numberReady": 1,
+    "numberAvailable": 1,
+}
+
+
 @pytest.mark.parametrize(
     ("daemonset", "done"),
     [
-        (
-            daemonset_status(
-                observedGeneration=2,
-                desiredNumberScheduled=1,
-                currentNumberScheduled=1,
-                updatedNumberScheduled=1,
-                numberReady=1,
-                numberAvailable=1,
-            ),
-            True,
-        ),
+        (daemonset_status(**DONE), True),
         # the pod is up but the controller has not written that it is available yet
-        (
-            daemonset_status(
-                observedGeneration=2,
-                desiredNumberScheduled=1,
-                currentNumberScheduled=1,
-                updatedNumberScheduled=1,
-                numberReady=1,
-            ),
-            False,
-        ),
+        (daemonset_status(**{k: v for k, v in DONE.items() if k != "numberAvailable"}), False),
         # a status of the generation before (an apply changed the DaemonSet)
-        (
-            daemonset_status(
-                observedGeneration=1,
-                desiredNumberScheduled=1,
-                currentNumberScheduled=1,
-                updatedNumberScheduled=1,
-                numberReady=1,
-                numberAvailable=1,
-            ),
-            False,
-        ),
+        (daemonset_status(**{**DONE, "observedGeneration": 1}), False),
         (daemonset_status(), False),  # no status yet
         # no node for it: nothing to wait for (the API leaves the zero counts out)
         (daemonset_status(observedGeneration=2, desiredNumberScheduled=0), True),
