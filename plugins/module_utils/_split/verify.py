@@ -405,7 +405,6 @@ def wait_for_fleet(read_report, wait_seconds, clock=time.monotonic, sleep=time.s
     wait = max(0, wait_seconds)
     start = clock()
     settle = start + min(FAIL_SETTLE_SECONDS, wait)
-    deadline = start + wait
     lowest = None
     reads = 0
     while True:
@@ -413,10 +412,8 @@ def wait_for_fleet(read_report, wait_seconds, clock=time.monotonic, sleep=time.s
         reads += 1
         counts = report["counts"]
         now = clock()
-        if lowest is None or counts[DRIFT] < lowest:
-            if lowest is not None:
-                deadline = now + wait
-            lowest = counts[DRIFT]
+        if lowest is None or counts[DRIFT] < lowest:  # the first read, or one more node came right
+            lowest, deadline = counts[DRIFT], now + wait
         if now >= deadline or (counts[DRIFT] == 0 and (counts[FAIL] == 0 or now >= settle)):
             return report, round(now - start, 1), reads
         sleep(READ_INTERVAL_SECONDS)
