@@ -329,20 +329,26 @@ def delete_bench_objects(core) -> int:
     return gone
 
 
+def wait_until_done(left_of, timeout: float, interval: float, clock=time.monotonic, sleep=time.sleep):
+    """Call ``left_of()`` (what is not done yet, a list) every ``interval`` seconds until it returns nothing or
+    ``timeout`` seconds have passed; ``(seconds waited, how many were left)``."""
+    start = clock()
+    while True:
+        left = left_of()
+        waited = clock() - start
+        if not left or waited > timeout:
+            return round(waited, 1), len(left)
+        sleep(interval)
+
+
 def wait_for_bench_pods_gone(core, timeout: float = GC_WAIT_SECONDS) -> int:
     """Wait until the garbage collector has deleted the pods of the bench's DaemonSets; the count left."""
-    deadline = time.monotonic() + timeout
-    while True:
-        left = [
-            pod
-            for pod in core.list_pod_for_all_namespaces(
-                label_selector="app.kubernetes.io/managed-by=gpusplit"
-            ).items
-            if (pod.spec.node_name or "").startswith(PREFIX)
-        ]
-        if not left or time.monotonic() > deadline:
-            return len(left)
-        time.sleep(2)
+
+    def left():
+        pods = core.list_pod_for_all_namespaces(label_selector="app.kubernetes.io/managed-by=gpusplit").items
+        return [pod for pod in pods if (pod.spec.node_name or "").startswith(PREFIX)]
+
+    return wait_until_done(left, timeout, interval=2)[1]
 
 
 def settled(daemonset: dict) -> bool:
@@ -372,20 +378,15 @@ def wait_until_settled(apps, timeout: float = SETTLE_SECONDS) -> tuple[float, in
     controller-manager still writes the DaemonSets' status at its client rate (20 per second by default: about
     10 s more for 200 DaemonSets); a re-run started then would count that tail, and a real fleet's re-run finds a
     settled cluster."""
-    start = time.monotonic()
-    while True:
+
+    def left():
         answer = apps.list_daemon_set_for_all_namespaces(
             label_selector="app.kubernetes.io/managed-by=gpusplit", _preload_content=False
         )
-        left = [
-            ds
-            for ds in json.loads(answer.data).get("items") or []
-            if PREFIX in ds["metadata"]["name"] and not settled(ds)
-        ]
-        waited = time.monotonic() - start
-        if not left or waited > timeout:
-            return round(waited, 1), len(left)
-        time.sleep(1)
+        items = json.loads(answer.data).get("items") or []
+        return [ds for ds in items if PREFIX in ds["metadata"]["name"] and not settled(ds)]
+
+    return wait_until_done(left, timeout, interval=1)
 
 
 def children_cpu() -> float:

@@ -243,3 +243,30 @@ DONE = {
 )
 def test_a_daemonset_is_settled_once_its_controller_wrote_every_pod_available(daemonset, done):
     assert bench_fleet.settled(daemonset) is done
+
+
+def test_a_wait_reads_until_nothing_is_left_or_its_time_is_up():
+    """wait_until_done reads what is left every interval: it stops at the first empty read, or after the timeout with
+    the count still left; it reads once more after the last sleep."""
+    now = [0.0]
+    reads = []
+
+    def sleep(seconds):
+        now[0] += seconds
+
+    def left_of(answers):
+        def read():
+            reads.append(now[0])
+            return answers.pop(0) if answers else ["x"]
+
+        return read
+
+    clock = lambda: now[0]  # noqa: E731
+    assert bench_fleet.wait_until_done(left_of([["a", "b"], ["a"], []]), 10, 2, clock, sleep) == (4.0, 0)
+    assert reads == [0.0, 2.0, 4.0]
+    now[0], reads[:] = 0.0, []
+    assert bench_fleet.wait_until_done(left_of([]), 5, 2, clock, sleep) == (6.0, 1)
+    assert reads == [0.0, 2.0, 4.0, 6.0]
+    now[0], reads[:] = 0.0, []
+    assert bench_fleet.wait_until_done(left_of([[]]), 5, 2, clock, sleep) == (0.0, 0)
+    assert reads == [0.0]
