@@ -58,6 +58,8 @@ MIX = (
     ("a100-mig", "none", None, []),
     ("l40s-pair", "device_plugin", {"host_count": 1}, ["trainer.service"]),
 )
+# gpusplit's ownership label: the bench's DaemonSets and their pods carry it
+MANAGED = "app.kubernetes.io/managed-by=gpusplit"
 WRITE_VERBS = {"POST", "PUT", "PATCH", "APPLY", "DELETE", "DELETECOLLECTION"}
 # what the lab writes on its own, whatever gpusplit does
 BACKGROUND_RESOURCES = {"leases", "events", "tokenreviews", "subjectaccessreviews"}
@@ -312,9 +314,7 @@ def delete_bench_objects(core) -> int:
                 if exc.status != 404:
                     raise
     apps = client.AppsV1Api(core.api_client)
-    for ds in apps.list_daemon_set_for_all_namespaces(
-        label_selector="app.kubernetes.io/managed-by=gpusplit"
-    ).items:
+    for ds in apps.list_daemon_set_for_all_namespaces(label_selector=MANAGED).items:
         host = (ds.metadata.annotations or {}).get("gpusplit.io/host", "")
         if host.startswith(PREFIX):
             try:
@@ -345,7 +345,7 @@ def wait_for_bench_pods_gone(core, timeout: float = GC_WAIT_SECONDS) -> int:
     """Wait until the garbage collector has deleted the pods of the bench's DaemonSets; the count left."""
 
     def left():
-        pods = core.list_pod_for_all_namespaces(label_selector="app.kubernetes.io/managed-by=gpusplit").items
+        pods = core.list_pod_for_all_namespaces(label_selector=MANAGED).items
         return [pod for pod in pods if (pod.spec.node_name or "").startswith(PREFIX)]
 
     return wait_until_done(left, timeout, interval=2)[1]
@@ -380,9 +380,7 @@ def wait_until_settled(apps, timeout: float = SETTLE_SECONDS) -> tuple[float, in
     settled cluster."""
 
     def left():
-        answer = apps.list_daemon_set_for_all_namespaces(
-            label_selector="app.kubernetes.io/managed-by=gpusplit", _preload_content=False
-        )
+        answer = apps.list_daemon_set_for_all_namespaces(label_selector=MANAGED, _preload_content=False)
         items = json.loads(answer.data).get("items") or []
         return [ds for ds in items if PREFIX in ds["metadata"]["name"] and not settled(ds)]
 
