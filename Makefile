@@ -1,24 +1,37 @@
 # The front door: `make demo` and `make test`. Everything else is detail.
 SHELL := /bin/bash
-PY ?= python3.11
+# The venv's Python: the newest 3.13 or 3.12 this machine has (tools/find_python.sh runs each
+# candidate, on PATH and under pyenv), the default leg's controller_python in pyproject.toml.
+# `make PY=/path/to/python3.12 venv` names one instead.
+PY ?=
+VENV_PYTHONS := 3.13 3.12
 VENV := .venv
 BIN := $(VENV)/bin
 COLL_LINK := .collections/ansible_collections/gpusplit/k8s
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 export PATH := $(CURDIR)/$(BIN):$(CURDIR)/.lab/bin:$(PATH)
 
-.PHONY: venv demo test lint unit integration bench lab-build lab-up lab-down lab-status clean dist changelog multi-python bench-fleet
+.PHONY: venv legs-venv test-matrix demo test lint unit integration bench lab-build lab-up lab-down lab-status clean dist changelog multi-python bench-fleet
 
 venv: $(VENV)/.done $(COLL_LINK)
 
-$(VENV)/.done: pyproject.toml tools/install_kubectl_helm.py
-	@command -v $(PY) >/dev/null || { echo "need $(PY) (Python 3.11)"; exit 1; }
-	$(PY) -m venv $(VENV)
+$(VENV)/.done: pyproject.toml tools/install_kubectl_helm.py tools/find_python.sh
+	@py='$(PY)'; [ -n "$$py" ] || py=$$(tools/find_python.sh $(VENV_PYTHONS)) || exit 1; \
+	want=$$("$$py" -c 'import sys; print(sys.version)') || exit 1; \
+	if [ -x $(BIN)/python ] && [ "$$($(BIN)/python -c 'import sys; print(sys.version)')" != "$$want" ]; then \
+		echo "make venv: $(VENV) is another Python's; building it anew"; rm -rf $(VENV); fi; \
+	echo "make venv: $(VENV) with $$py (Python $${want%% *})"; \
+	"$$py" -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
-	$(PY) -c "import tomllib;print('\n'.join(tomllib.load(open('pyproject.toml','rb'))['project']['dependencies']))" > $(VENV)/requirements.txt
+	$(BIN)/python -c "import tomllib;print('\n'.join(tomllib.load(open('pyproject.toml','rb'))['project']['dependencies']))" > $(VENV)/requirements.txt
 	$(BIN)/pip install -q -r $(VENV)/requirements.txt
 	$(BIN)/python tools/install_kubectl_helm.py $(BIN)
 	touch $@
+
+# the other legs of the support matrix (pyproject.toml [tool.gpusplit]): a cached venv each,
+# .venv-<leg>, rebuilt only when its Python or pins change (tools/legs.py)
+legs-venv: venv
+	$(BIN)/python tools/legs.py venv
 
 $(COLL_LINK):
 	mkdir -p $(dir $(COLL_LINK))
@@ -66,21 +79,34 @@ integration: lab-build
 	$(BIN)/pytest -m integration tests
 
 # the lab's tests run in two pytest-xdist groups (lab-a, lab-b), each on a worker and a lab of its
-# own, while the other tests fill the gaps (tests/conftest.py, lab/workers.py, docs/lab.md). The
-# managed-host modules' tests under the other Pythons run beside pytest too (the lab tests wait on
-# the lab more than they compute); their output is printed after pytest's, and either failing fails
-# the target.
-test: venv lab-build lint
-	@$(BIN)/python tools/multi_python_tests.py > $(VENV)/multi-python.log 2>&1 & mp=$$!; \
-	trap 'kill $$mp 2>/dev/null' EXIT INT TERM; \
-	echo "tools/multi_python_tests.py runs beside pytest (pid $$mp); its output follows pytest's"; \
+# own, while the other tests fill the gaps (tests/conftest.py, lab/workers.py, docs/lab.md). Beside
+# pytest, one after the other: the managed-host modules' tests per ansible-core under the host
+# Pythons it supports (tools/multi_python_tests.py), then the other legs of the support matrix
+# (tools/legs.py test: on ansible-core 2.20 and 2.19 the unit tests and ansible-test sanity, each in
+# its own venv, and on 2.19 the lab's split, verify and SSH host tests on a lab of its own). Their
+# output is printed after pytest's, and any of them failing fails the target.
+test: venv legs-venv lab-build lint
+	@rm -f $(VENV)/multi-python.rc $(VENV)/legs.rc; \
+	( $(BIN)/python tools/multi_python_tests.py > $(VENV)/multi-python.log 2>&1; echo $$? > $(VENV)/multi-python.rc; \
+	   $(BIN)/python tools/legs.py test > $(VENV)/legs.log 2>&1; echo $$? > $(VENV)/legs.rc ) & bg=$$!; \
+	trap 'kill $$bg 2>/dev/null' EXIT INT TERM; \
+	echo "tools/multi_python_tests.py, then tools/legs.py test, run beside pytest (pid $$bg); their output follows pytest's"; \
+	start=$$(date +%s); \
 	$(BIN)/pytest --numprocesses auto --maxprocesses 4 --dist loadgroup --durations=20 tests; rc=$$?; \
-	wait $$mp; mprc=$$?; \
+	echo "[core2.21] default leg: pytest exit status $$rc; $$(( $$(date +%s) - start )) s; Python $$($(BIN)/python -c 'import sys; print(sys.version.split()[0])')"; \
+	wait $$bg; \
+	mprc=$$(cat $(VENV)/multi-python.rc 2>/dev/null || echo 1); legsrc=$$(cat $(VENV)/legs.rc 2>/dev/null || echo 1); \
 	echo "== tools/multi_python_tests.py (exit status $$mprc) =="; cat $(VENV)/multi-python.log; \
-	echo "pytest exit status $$rc, tools/multi_python_tests.py exit status $$mprc"; \
-	[ $$rc -eq 0 ] && [ $$mprc -eq 0 ]
+	echo "== tools/legs.py test (exit status $$legsrc) =="; cat $(VENV)/legs.log; \
+	echo "pytest exit status $$rc, tools/multi_python_tests.py exit status $$mprc, tools/legs.py test exit status $$legsrc"; \
+	[ $$rc -eq 0 ] && [ $$mprc -eq 0 ] && [ $$legsrc -eq 0 ]
 
-# the managed-host modules' unit tests under every Python 3.8-3.13 this machine has
+# every leg of the support matrix in full: the whole pytest suite and ansible-test sanity per
+# ansible-core, each in its venv with a lab of its own, one leg after the other; not part of make test
+test-matrix: venv legs-venv lab-build
+	$(BIN)/python tools/legs.py matrix
+
+# the managed-host modules' unit tests per ansible-core leg, under the host Pythons it supports
 multi-python: venv
 	$(BIN)/python tools/multi_python_tests.py
 

@@ -1,27 +1,32 @@
-"""Run the managed-host modules' unit tests under every Python 3.8 to 3.13 this machine has.
+"""Run the managed-host modules' unit tests per ansible-core leg, under each managed-host Python it supports.
 
 Managed hosts run the collection's modules with their own Python (RHEL 9: 3.9, Ubuntu 22.04: 3.10, ...)
 and only what Ansible ships to them: the module, the collection's module_utils and ansible-core's own
-``ansible.module_utils``. This runner proves those run there:
+``ansible.module_utils``. Which Pythons an ansible-core release accepts on a host differs (2.19 runs
+modules under 3.8, 2.20 and later refuse anything below 3.9), so this runner reads the support matrix
+(``[[tool.gpusplit.legs]]`` in pyproject.toml) and, for each leg, proves its ``host_python`` list:
 
 1. finds the Pythons: pyenv's (``~/.pyenv/versions/*/bin/python3.X``, or ``$PYENV_ROOT``) and
-   ``python3.X`` on PATH, each asked for its version; prints which it uses and which it skips and why;
+   ``python3.X`` on PATH, each run and asked for its version; prints which it uses and which are
+   missing and why. A missing one fails the run in CI (``CI=true``); elsewhere it is skipped with a
+   loud line;
 2. compiles every file under plugins/module_utils and plugins/modules with each of them (syntax that
    an older Python does not read fails here first);
-3. for each, keeps a virtual environment under ``.lab/pyenvs/<X.Y>`` (``$GPUSPLIT_PYENVS_DIR`` to move
-   it; rebuilt when its Python or its pins change) with only pytest, PyYAML and nvidia-ml-py at the
-   project's pins, and on 3.11+ (where ansible-core 2.19 runs as a controller) ansible-core too;
-4. runs the unit tests of the managed-host modules in it (TEST_PATHS). Below 3.11 ansible-core cannot
-   be installed, so ``ansible.module_utils`` comes from the controller's ansible-core, exactly as
-   AnsiballZ ships it to a host, and the test files that import controller-only code (``ansible.*``
-   other than ``ansible.module_utils``, the collection's filters or plugin_utils, the lab) are left out
-   there, each named with the reason.
+3. for each leg and Python, keeps a virtual environment under ``.lab/pyenvs/<leg>/<X.Y>``
+   (``$GPUSPLIT_PYENVS_DIR`` to move it; rebuilt when its Python or its pins change) with only
+   pytest, PyYAML and nvidia-ml-py at the project's pins, and, on the Pythons the leg runs a
+   controller on (its ``controller_python``), the leg's ansible-core too;
+4. runs the unit tests of the managed-host modules in it (TEST_PATHS). Below the leg's controller
+   Pythons, ``ansible.module_utils`` comes from the leg's ansible-core (unpacked once per leg, its
+   ``module_utils`` only), exactly as AnsiballZ ships it to a host, and the test files that import
+   controller-only code (``ansible.*`` other than ``ansible.module_utils``, the collection's filters
+   or plugin_utils, the lab) are left out there, each named with the reason.
 
-Exit status 0 only when every Python found passed; a Python that is not on the machine is a skip,
-one whose environment cannot be built (no package index) is a failure. Standard library only; runs
-under the project's virtual environment (``make test`` calls it).
+Exit status 0 only when every leg passed under every Python it names (in CI, a missing Python is a
+failure); one whose environment cannot be built (no package index) is a failure. Standard library
+only (Python 3.11+: tomllib); runs under the project's virtual environment (``make test`` calls it).
 
-    python tools/multi_python_tests.py [--pythons 3.9,3.10] [--list] [-- <pytest args>]
+    python tools/multi_python_tests.py [--legs core2.19] [--pythons 3.9,3.10] [--list] [-- <pytest args>]
 """
 
 from __future__ import annotations
@@ -34,11 +39,12 @@ import re
 import shutil
 import subprocess
 import sys
+import time
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 MINORS = ((3, 8), (3, 9), (3, 10), (3, 11), (3, 12), (3, 13))
-CONTROLLER_MIN = (3, 11)  # ansible-core 2.19 runs as a controller from here on
 
 # The unit tests of the modules that run on managed hosts, and of their module_utils.
 TEST_PATHS = (
@@ -56,7 +62,6 @@ COMPILE_PATHS = ("plugins/module_utils", "plugins/modules")
 # pytest 8.4 needs 3.9; 8.3.5 is the last release for 3.8.
 PYTEST_BY_MINOR = {(3, 8): "pytest==8.3.5"}
 PINNED = ("pytest", "PyYAML", "nvidia-ml-py")
-CONTROLLER_PINNED = ("ansible-core",)
 
 _CONTROLLER_IMPORT = re.compile(
     r"^\s*(?:from|import)\s+("
@@ -142,13 +147,20 @@ def test_files(paths=TEST_PATHS, root=ROOT):
     return files
 
 
-def split_tests(minor, paths=TEST_PATHS, root=ROOT):
-    """``(run, left_out)``: the test files to run under ``minor`` and {file: why not} for the others."""
+def split_tests(minor, controller_min, paths=TEST_PATHS, root=ROOT):
+    """``(run, left_out)``: the test files to run under ``minor`` and {file: why not} for the others.
+
+    ``controller_min`` is the lowest Python the leg's ansible-core runs a controller on: below it only
+    ``ansible.module_utils`` is there, as on a managed host.
+    """
     run, left_out = [], {}
     for path in test_files(paths, root):
         needs = controller_imports(path)
-        if needs and minor < CONTROLLER_MIN:
-            left_out[path] = f"imports controller-only {', '.join(needs)} (ansible-core 2.19 needs 3.11+)"
+        if needs and minor < controller_min:
+            left_out[path] = (
+                f"imports controller-only {', '.join(needs)} "
+                f"(this leg's controller needs {controller_min[0]}.{controller_min[1]}+)"
+            )
         else:
             run.append(path)
     return run, left_out
@@ -176,21 +188,63 @@ def compile_check(executable, paths=COMPILE_PATHS, root=ROOT):
     return len(files), errors
 
 
-# ---- environments ----------------------------------------------------------------------------
+# ---- the legs --------------------------------------------------------------------------------
+
+
+def _minor_of(text):
+    major, minor = str(text).split(".")[:2]
+    return (int(major), int(minor))
+
+
+def load(root=ROOT):
+    """``(legs, pins)``: the support matrix's legs and {name: "name==version"} of the dependency list."""
+    data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))
+    pins = {}
+    for spec in data["project"]["dependencies"]:
+        match = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)==(\S+)", spec.strip())
+        if match:
+            pins[match.group(1)] = spec.strip()
+    legs = []
+    for leg in data["tool"]["gpusplit"]["legs"]:
+        leg_pins = dict(pins)
+        for spec in leg["pins"]:
+            leg_pins[spec.split("==")[0].strip()] = spec.strip()
+        legs.append(
+            {
+                "name": leg["name"],
+                "core": leg_pins["ansible-core"],
+                "hosts": tuple(sorted(_minor_of(v) for v in leg["host_python"])),
+                "controller_min": min(_minor_of(v) for v in leg["controller_python"]),
+                "pins": leg_pins,
+                "default": bool(leg.get("default")),
+            }
+        )
+    return legs, pins
 
 
 def project_pins(root=ROOT):
-    """{name: "name==version"} of the project's dependencies (pyproject.toml), read without a TOML library."""
-    text = (root / "pyproject.toml").read_text(encoding="utf-8")
-    return {
-        m.group(1): m.group(0) for m in re.finditer(r"([A-Za-z0-9][A-Za-z0-9._-]*)==([^\"'\s,\]]+)", text)
-    }
+    """{name: "name==version"} of the project's dependencies (pyproject.toml)."""
+    return load(root)[1]
 
 
-def requirements(minor, pins):
+def host_minors(core_version=None, root=ROOT):
+    """The managed-host Pythons the leg of ``core_version`` (default: the running ansible-core) names."""
+    if core_version is None:
+        from ansible.release import __version__ as core_version
+    for leg in load(root)[0]:
+        if leg["core"] == f"ansible-core=={core_version}":
+            return leg["hosts"]
+    raise LookupError(f"ansible-core {core_version} is no leg of pyproject.toml's support matrix")
+
+
+# ---- environments ----------------------------------------------------------------------------
+
+
+def requirements(minor, leg):
+    pins = leg["pins"]
     wanted = [PYTEST_BY_MINOR.get(minor) or pins["pytest"], pins["PyYAML"], pins["nvidia-ml-py"]]
-    if minor >= CONTROLLER_MIN:
-        wanted += [pins[name] for name in CONTROLLER_PINNED]
+    if minor >= leg["controller_min"]:
+        wanted.append(leg["core"])
     return wanted
 
 
@@ -198,10 +252,17 @@ def envs_dir(root=ROOT):
     return Path(os.environ.get("GPUSPLIT_PYENVS_DIR") or root / ".lab" / "pyenvs")
 
 
-def ensure_env(minor, executable, version, pins, root=ROOT, log=print):
-    """The virtual environment's python for ``minor``, built or reused; RuntimeError with the reason."""
-    wanted = requirements(minor, pins)
-    home = envs_dir(root) / f"{minor[0]}.{minor[1]}"
+def _pip(argv):
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        said = (done.stderr or done.stdout).strip().splitlines()
+        raise RuntimeError(f"{' '.join(argv[:4])} ... failed: {said[-1] if said else done.returncode}")
+
+
+def ensure_env(minor, executable, version, leg, root=ROOT, log=print):
+    """The virtual environment's python for ``minor`` on ``leg``, built or reused; RuntimeError with the reason."""
+    wanted = requirements(minor, leg)
+    home = envs_dir(root) / leg["name"] / f"{minor[0]}.{minor[1]}"
     stamp_file = home / ".gpusplit-env.json"
     stamp = {"python": executable, "version": list(version), "requirements": wanted}
     python = home / "bin" / "python"
@@ -212,33 +273,44 @@ def ensure_env(minor, executable, version, pins, root=ROOT, log=print):
         pass
     log(f"  building {home} ({', '.join(wanted)})")
     shutil.rmtree(home, ignore_errors=True)
-    for argv in (
-        [executable, "-m", "venv", str(home)],
-        [
-            str(python),
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "--no-input",
-            *wanted,
-        ],
-    ):
-        done = subprocess.run(argv, capture_output=True, text=True, check=False)
-        if done.returncode != 0:
-            said = (done.stderr or done.stdout).strip().splitlines()
-            raise RuntimeError(f"{' '.join(argv[:4])} ... failed: {said[-1] if said else done.returncode}")
+    _pip([executable, "-m", "venv", str(home)])
+    _pip(
+        [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--no-input", *wanted]
+    )
     stamp_file.write_text(json.dumps(stamp))
     return python
 
 
-def host_module_utils(root=ROOT):
-    """A folder holding ``ansible/module_utils`` of the controller's ansible-core (what AnsiballZ ships)."""
-    import ansible.module_utils
+def host_module_utils(leg, root=ROOT):
+    """A folder holding ``ansible/module_utils`` of the leg's ansible-core (what AnsiballZ ships).
 
-    source = Path(ansible.module_utils.__file__).resolve().parent
-    lib = envs_dir(root) / "host-module-utils"
+    The leg's ansible-core is unpacked once (no dependencies, whatever Python it asks for: only its
+    module_utils are used) under the leg's environments; ``ansible/__init__.py`` there is empty.
+    """
+    base = envs_dir(root) / leg["name"]
+    core = base / "ansible-core"
+    stamp = core / ".gpusplit-core"
+    if not stamp.is_file() or stamp.read_text() != leg["core"]:
+        shutil.rmtree(core, ignore_errors=True)
+        _pip(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "install",
+                "--quiet",
+                "--disable-pip-version-check",
+                "--no-input",
+                "--no-deps",
+                "--ignore-requires-python",
+                "--target",
+                str(core),
+                leg["core"],
+            ]
+        )
+        stamp.write_text(leg["core"])
+    source = (core / "ansible" / "module_utils").resolve()
+    lib = base / "host-module-utils"
     package = lib / "ansible"
     package.mkdir(parents=True, exist_ok=True)
     (package / "__init__.py").write_text("")
@@ -257,10 +329,10 @@ def collections_root(root=ROOT):
     return root / ".collections"
 
 
-def run_tests(minor, python, files, pytest_args=(), root=ROOT):
+def run_tests(minor, python, files, leg, pytest_args=(), root=ROOT):
     paths = [str(collections_root(root))]
-    if minor < CONTROLLER_MIN:
-        paths.insert(0, str(host_module_utils(root)))
+    if minor < leg["controller_min"]:
+        paths.insert(0, str(host_module_utils(leg, root)))
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(paths), PYTHONDONTWRITEBYTECODE="1")
     argv = [
         str(python),
@@ -291,64 +363,106 @@ def _minor(text):
     return (3, int(match.group(1)))
 
 
+def in_ci(environ=None):
+    return (environ if environ is not None else os.environ).get("CI", "").lower() in ("1", "true", "yes")
+
+
+def missing_lines(legs, skipped, ci):
+    """``(lines, failures)`` for the Pythons a leg names that this machine lacks."""
+    lines, failures = [], []
+    for leg in legs:
+        for minor in leg["hosts"]:
+            if minor not in skipped:
+                continue
+            label = f"{leg['name']} on Python {minor[0]}.{minor[1]}"
+            if ci:
+                lines.append(f"  FAILED (CI=true): {label}: {skipped[minor]}")
+                failures.append(f"{label}: no such Python here")
+            else:
+                lines.append(f"  SKIPPED, NOT PROVEN HERE: {label}: {skipped[minor]} (in CI this fails)")
+    return lines, failures
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--legs", help="only these legs, e.g. core2.19,core2.21")
     parser.add_argument("--pythons", help="only these versions, e.g. 3.9,3.10")
     parser.add_argument("--list", action="store_true", help="say what would run, build and run nothing")
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args(argv)
-    minors = MINORS
+    legs, _pins = load()
+    if args.legs:
+        names = [part.strip() for part in args.legs.split(",")]
+        unknown = sorted(set(names) - {leg["name"] for leg in legs})
+        if unknown:
+            parser.error(f"unknown leg(s) {', '.join(unknown)}")
+        legs = [leg for leg in legs if leg["name"] in names]
     if args.pythons:
-        minors = tuple(_minor(part) for part in args.pythons.split(","))
+        only = {_minor(part) for part in args.pythons.split(",")}
+        legs = [dict(leg, hosts=tuple(m for m in leg["hosts"] if m in only)) for leg in legs]
+    minors = tuple(sorted({m for leg in legs for m in leg["hosts"]}))
 
     found, skipped = discover(minors)
     print("Pythons used:")
     for _minor_found, (executable, version) in sorted(found.items()):
         print(f"  {'.'.join(map(str, version))}  {executable}")
-    print("Pythons skipped:" if skipped else "Pythons skipped: none")
+    print("Pythons missing:" if skipped else "Pythons missing: none")
     for minor, why in sorted(skipped.items()):
         print(f"  {minor[0]}.{minor[1]}  {why}")
+    lines, failures = missing_lines(legs, skipped, in_ci())
+    for line in lines:
+        print(line)
     if not found:
-        print("no Python 3.8-3.13 found: nothing ran")
+        print("no managed-host Python found: nothing ran")
         return 1
 
-    pins = project_pins()
-    failures = []
-    for minor, (executable, version) in sorted(found.items()):
-        label = f"{minor[0]}.{minor[1]}"
-        files, left_out = split_tests(minor)
-        print(f"\n== Python {'.'.join(map(str, version))} ==")
-        for path, why in sorted(left_out.items()):
-            print(f"  left out: {path.relative_to(ROOT)}: {why}")
+    started = time.monotonic()
+    for minor, (executable, _version) in sorted(found.items()):
         if args.list:
-            print(f"  would compile {', '.join(COMPILE_PATHS)} and run {len(files)} test files")
-            continue
+            break
         count, errors = compile_check(executable)
-        print(f"  compile: {count} files, {len(errors)} errors")
+        print(f"compile with {minor[0]}.{minor[1]}: {count} files, {len(errors)} errors")
         for error in errors:
             print(f"    {error}")
         if errors:
-            failures.append(f"{label}: {len(errors)} file(s) do not compile")
-        try:
-            python = ensure_env(minor, executable, version, pins, log=print)
-        except RuntimeError as exc:
-            print(f"  environment: {exc}")
-            failures.append(f"{label}: no test environment ({exc})")
-            continue
-        rc, summary, output = run_tests(minor, python, files, args.pytest_args)
-        print(f"  pytest: {summary}")
-        if rc != 0:
-            print(output[-12000:])
-            failures.append(f"{label}: {summary}")
+            failures.append(f"{minor[0]}.{minor[1]}: {len(errors)} file(s) do not compile")
+    for leg in legs:
+        print(
+            f"\n== leg {leg['name']} ({leg['core']}): managed-host Pythons "
+            f"{', '.join(f'{m[0]}.{m[1]}' for m in leg['hosts'])} =="
+        )
+        for minor in leg["hosts"]:
+            if minor not in found:
+                continue
+            executable, version = found[minor]
+            label = f"{leg['name']} on Python {'.'.join(map(str, version))}"
+            files, left_out = split_tests(minor, leg["controller_min"])
+            print(f"-- {label}")
+            for path, why in sorted(left_out.items()):
+                print(f"  left out: {path.relative_to(ROOT)}: {why}")
+            if args.list:
+                print(f"  would run {len(files)} test files")
+                continue
+            part_started = time.monotonic()
+            try:
+                python = ensure_env(minor, executable, version, leg, log=print)
+                rc, summary, output = run_tests(minor, python, files, leg, args.pytest_args)
+            except RuntimeError as exc:
+                print(f"  environment: {exc}")
+                failures.append(f"{label}: no test environment ({exc})")
+                continue
+            print(f"  pytest: {summary} ({time.monotonic() - part_started:.0f} s)")
+            if rc != 0:
+                print(output[-12000:])
+                failures.append(f"{label}: {summary}")
     print()
     if args.list:
-        return 0
+        return 1 if failures else 0
+    print(f"took {time.monotonic() - started:.0f} s")
     if failures:
         print("FAILED: " + "; ".join(failures))
         return 1
-    print(
-        f"passed on {', '.join('.'.join(map(str, v)) for _, v in sorted(found.values(), key=lambda x: x[1]))}"
-    )
+    print(f"passed: {', '.join(leg['name'] for leg in legs)} on every managed-host Python they name")
     return 0
 
 

@@ -2,10 +2,12 @@
 
 ansible-test needs the collection at .../ansible_collections/<namespace>/<name>. By default this
 script builds the tarball (tools/dist.py) and unpacks it at <tmp>/ansible_collections/gpusplit/k8s,
-so sanity checks exactly what ships (tests/sanity/ignore-2.19.txt included). With --checkout it
-checks every file of the checkout instead (lab, tools and the pytest suites too; ruff lints those
-in `make lint`). Then it runs `ansible-test sanity --python 3.11 --local` there, with any further
-arguments (`--test pep8`, a path, ...). ansible-test's pip bootstrap is cached from
+so sanity checks exactly what ships (tests/sanity/ignore-<core>.txt included: ansible-test reads the
+one of its own ansible-core version, e.g. ignore-2.21.txt). With --checkout it checks every file of
+the checkout instead (lab, tools and the pytest suites too; ruff lints those in `make lint`). Then
+it runs `ansible-test sanity --python X.Y --local` there, X.Y being the Python this script runs
+under (the venv's: each leg of the support matrix runs it with its own venv, tools/legs.py), with
+any further arguments (`--test pep8`, a path, ...; `--python` given there wins). ansible-test's pip bootstrap is cached from
 tools/ansible_test_get_pip.py first (its usual download location is not reachable from the
 project's machines).
 
@@ -68,7 +70,8 @@ def run(args: list[str], keep: str | None, checkout: bool) -> int:
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     for name in ("ANSIBLE_CONFIG", "ANSIBLE_COLLECTIONS_PATH", "PYTHONPATH"):
         env.pop(name, None)
-    command = [str(BIN / "ansible-test"), "sanity", "--python", "3.11", "--local", "--color", "no", *args]
+    python = [] if "--python" in args else ["--python", f"{sys.version_info[0]}.{sys.version_info[1]}"]
+    command = [str(BIN / "ansible-test"), "sanity", *python, "--local", "--color", "no", *args]
     place = lay_out if checkout else unpack_tarball
     if keep:
         top = Path(keep).resolve()

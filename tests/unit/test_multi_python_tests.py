@@ -1,5 +1,6 @@
-"""tools/multi_python_tests.py: which Pythons it finds and skips, what it runs where, and the compile check
-of plugins/module_utils and plugins/modules with every Python 3.8-3.13 on this machine."""
+"""tools/multi_python_tests.py: which Pythons it finds and which it misses (a failure in CI), the legs and
+their managed-host Pythons it reads from pyproject.toml, what it runs where, and the compile check of
+plugins/module_utils and plugins/modules with every Python 3.8-3.13 on this machine."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_discovery_uses_pyenv_then_path_and_says_why_it_skips(tmp_path):
     assert skipped[(3, 8)] == "no python3.8 in pyenv versions or PATH"
 
 
-def test_controller_only_test_files_are_left_out_below_311(tmp_path):
+def test_controller_only_test_files_are_left_out_below_the_legs_controller(tmp_path):
     tests = tmp_path / "tests"
     tests.mkdir()
     (tests / "test_host.py").write_text(
@@ -61,15 +62,68 @@ def test_controller_only_test_files_are_left_out_below_311(tmp_path):
     )
     (tests / "test_lab.py").write_text("def test_x():\n    from lab import components\n")
 
-    run, left_out = mpt.split_tests((3, 9), ("tests",), tmp_path)
+    run, left_out = mpt.split_tests((3, 11), (3, 12), ("tests",), tmp_path)
     assert run == [tests / "test_host.py"]
     assert left_out[tests / "test_filter.py"] == (
         "imports controller-only ansible.errors, ansible_collections.gpusplit.k8s.plugins.filter "
-        "(ansible-core 2.19 needs 3.11+)"
+        "(this leg's controller needs 3.12+)"
     )
     assert "lab" in left_out[tests / "test_lab.py"]
-    run, left_out = mpt.split_tests((3, 11), ("tests",), tmp_path)
+    run, left_out = mpt.split_tests((3, 12), (3, 12), ("tests",), tmp_path)
     assert len(run) == 3 and left_out == {}
+
+
+def test_legs_come_from_the_support_matrix_with_their_own_host_pythons():
+    import tomllib
+
+    legs, pins = mpt.load()
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert [leg["name"] for leg in legs] == [leg["name"] for leg in data["tool"]["gpusplit"]["legs"]]
+    for leg, source in zip(legs, data["tool"]["gpusplit"]["legs"], strict=True):
+        assert leg["hosts"] == tuple(sorted(mpt._minor_of(v) for v in source["host_python"]))
+        assert leg["core"] in source["pins"]
+        assert leg["pins"]["pytest"] == pins["pytest"]
+    by_core = {leg["core"]: leg for leg in legs}
+    # ansible-core 2.19 still runs modules under Python 3.8; 2.20 and later refuse it (_PY_MIN)
+    assert (3, 8) in by_core["ansible-core==2.19.14"]["hosts"]
+    assert all(
+        min(leg["hosts"]) == (3, 9) for core, leg in by_core.items() if core != "ansible-core==2.19.14"
+    )
+    from ansible.release import __version__
+
+    assert mpt.host_minors() == by_core[f"ansible-core=={__version__}"]["hosts"]
+
+
+def test_a_missing_python_fails_in_ci_and_is_named_elsewhere():
+    legs = [{"name": "old", "hosts": ((3, 8), (3, 9))}, {"name": "new", "hosts": ((3, 9),)}]
+    skipped = {(3, 8): "no python3.8 in pyenv versions or PATH"}
+    lines, failures = mpt.missing_lines(legs, skipped, ci=True)
+    assert failures == ["old on Python 3.8: no such Python here"]
+    assert lines == ["  FAILED (CI=true): old on Python 3.8: no python3.8 in pyenv versions or PATH"]
+    lines, failures = mpt.missing_lines(legs, skipped, ci=False)
+    assert failures == [] and lines[0].startswith("  SKIPPED, NOT PROVEN HERE: old on Python 3.8: ")
+    assert mpt.in_ci({"CI": "true"}) and not mpt.in_ci({})
+
+
+def test_ci_run_fails_when_a_legs_python_is_missing(tmp_path):
+    """The whole tool, in CI, on a machine without the Pythons: a named failure, never a skip."""
+    env = {
+        **os.environ,
+        "CI": "true",
+        "PATH": str(tmp_path),  # no python3.X here
+        "PYENV_ROOT": str(tmp_path / "no-pyenv"),
+        "HOME": str(tmp_path),
+    }
+    done = subprocess.run(
+        [sys.executable, str(TOOL), "--list", "--legs", "core2.19", "--pythons", "3.8"],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        env=env,
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert "FAILED (CI=true): core2.19 on Python 3.8: no python3.8 in pyenv versions or PATH" in done.stdout
 
 
 def test_compile_check_names_the_file_and_line(tmp_path):
@@ -81,13 +135,15 @@ def test_compile_check_names_the_file_and_line(tmp_path):
     assert len(errors) == 1 and errors[0].startswith(f"{tmp_path / 'plugins' / 'bad.py'}:2: ")
 
 
-def test_requirements_follow_the_project_pins():
-    pins = mpt.project_pins()
-    assert {"pytest", "PyYAML", "nvidia-ml-py", "ansible-core"} <= set(pins)
-    old = mpt.requirements((3, 8), pins)
+def test_requirements_follow_the_legs_pins():
+    legs, pins = mpt.load()
+    old_core = next(leg for leg in legs if leg["name"] == "core2.19")
+    old = mpt.requirements((3, 8), old_core)
     assert old[0] == "pytest==8.3.5" and pins["PyYAML"] in old and not any("ansible" in r for r in old)
-    assert mpt.requirements((3, 12), pins)[0] == pins["pytest"]
-    assert pins["ansible-core"] in mpt.requirements((3, 12), pins)
+    for leg in legs:
+        assert mpt.requirements((3, 12), leg)[0] == pins["pytest"]
+        assert mpt.requirements((3, 12), leg)[-1] == leg["core"]
+        assert not any("ansible" in r for r in mpt.requirements((3, 11), leg))
 
 
 def test_test_paths_exist_and_cover_the_managed_host_modules():
@@ -110,7 +166,8 @@ def test_list_mode_names_the_pythons_used_and_skipped():
     )
     assert done.returncode in (0, 1), done.stderr
     assert done.stdout.startswith("Pythons used:\n")
-    assert "Pythons skipped:" in done.stdout
+    assert "Pythons missing:" in done.stdout
+    assert "== leg core2.19 (ansible-core==2.19.14): managed-host Pythons 3.8, " in done.stdout
     assert f"{sys.version_info[0]}.{sys.version_info[1]}" in done.stdout
 
 
@@ -129,12 +186,15 @@ def test_module_files_compile_with_every_python_found(minor):
     assert errors == [], errors
 
 
-def test_host_module_utils_is_the_controllers(tmp_path, monkeypatch):
+def test_host_module_utils_is_the_legs_own(tmp_path, monkeypatch):
+    """Below the leg's controller Pythons, ansible.module_utils is the leg's ansible-core's (from the
+    package index, unpacked once): the managed-host floor of that core (_PY_MIN) is what runs."""
     monkeypatch.setenv("GPUSPLIT_PYENVS_DIR", str(tmp_path))
-    import ansible.module_utils
-
-    lib = mpt.host_module_utils()
+    legs, _ = mpt.load()
+    leg = next(leg for leg in legs if leg["name"] == "core2.19")
+    lib = mpt.host_module_utils(leg)
     assert (lib / "ansible" / "__init__.py").read_text() == ""
-    assert os.path.realpath(lib / "ansible" / "module_utils") == os.path.realpath(
-        Path(ansible.module_utils.__file__).parent
-    )
+    basic = (lib / "ansible" / "module_utils" / "basic.py").read_text()
+    assert "_PY_MIN = (3, 8)" in basic
+    assert (tmp_path / "core2.19" / "ansible-core" / ".gpusplit-core").read_text() == leg["core"]
+    assert mpt.host_module_utils(leg) == lib  # reused
