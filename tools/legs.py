@@ -11,6 +11,7 @@ downloads.
     python tools/legs.py test [LEG...]            # each other leg's version-sensitive part (make test)
     python tools/legs.py matrix [LEG...]          # every leg in full, the default one too (make test-matrix)
     python tools/legs.py list                     # the legs, their venvs and Pythons
+    python tools/legs.py test --parts lab core2.19   # one part of one leg (unit, pytest, sanity, lab)
 
 ``test`` runs, per non-default leg, its unit tests (``pytest -m "not integration" tests/unit``) and
 ``ansible-test sanity`` (tools/sanity.py, ``--python`` the leg's own), and on a leg with ``lab =
@@ -231,6 +232,9 @@ def leg_env(data: dict, leg: dict, python: Path) -> dict[str, str]:
     return env
 
 
+PARTS = ("unit", "pytest", "sanity", "lab")
+
+
 def parts(leg: dict, python: Path, mode: str, workers: str) -> list[tuple[str, list[str], object]]:
     py = str(python)
     pytest = [py, "-m", "pytest", "-p", "no:cacheprovider", "-q"]
@@ -246,7 +250,7 @@ def parts(leg: dict, python: Path, mode: str, workers: str) -> list[tuple[str, l
     return out
 
 
-def run_legs(data: dict, legs: list[dict], mode: str, workers: str, log=print) -> int:
+def run_legs(data: dict, legs: list[dict], mode: str, workers: str, only=PARTS, log=print) -> int:
     failures = []
     logs = ROOT / ".lab" / "legs" / "logs"
     started = time.monotonic()
@@ -263,6 +267,8 @@ def run_legs(data: dict, legs: list[dict], mode: str, workers: str, log=print) -
         leg_started = time.monotonic()
         env = leg_env(data, leg, python)
         for part, argv, counts in parts(leg, python, mode, workers):
+            if part not in only:
+                continue
             failure = run_part(leg, part, argv, env, counts, logs, log=log)
             if failure:
                 failures.append(failure)
@@ -284,7 +290,17 @@ def main(argv: list[str] | None = None) -> int:
         default=os.environ.get("GPUSPLIT_LEG_WORKERS", "2"),
         help="pytest-xdist workers for a leg's unit tests (0: none)",
     )
+    parser.add_argument(
+        "--parts",
+        default=",".join(PARTS),
+        help=f"only these parts of each leg, e.g. unit,sanity (of {', '.join(PARTS)})",
+    )
     args = parser.parse_args(argv)
+    only = tuple(part.strip() for part in args.parts.split(","))
+    if set(only) - set(PARTS):
+        parser.error(
+            f"unknown part(s) {', '.join(sorted(set(only) - set(PARTS)))}; the parts are {', '.join(PARTS)}"
+        )
     data = load()
     chosen = select(data["legs"], args.legs)
     others = [leg for leg in chosen if not leg.get("default")]
@@ -306,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{leg['name']}] FAILED: {exc}", file=sys.stderr)
                 failed.append(leg["name"])
         return 1 if failed else 0
-    return run_legs(data, others if args.command == "test" else chosen, args.command, args.workers)
+    return run_legs(data, others if args.command == "test" else chosen, args.command, args.workers, only)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
-"""The GPU host modules run by Ansible on a managed host whose Python is 3.8, 3.9 or 3.10 (ansible_python_interpreter),
+"""The GPU host modules run by Ansible on a managed host whose Python is 3.8 (ansible-core 2.19 only), 3.9 or 3.10 (ansible_python_interpreter),
 with the standard library only: nvidia_toolkit_config edits (and re-edits nothing), nvidia_gpu_facts reads the
-stand-in nvidia-smi and gpu_pod_resources reads a real gRPC server (grpcio, in the controller's Python). Each Python 3.8-3.10 this machine has (tools/multi_python_tests.py finds them) is used."""
+stand-in nvidia-smi and gpu_pod_resources reads a real gRPC server (grpcio, in the controller's Python). Each of those Pythons that this machine has and the running ansible-core supports on targets
+(tools/multi_python_tests.py finds them, pyproject.toml's support matrix names them) is used."""
 
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ def _tool():
     return tool
 
 
-FOUND, SKIPPED = _tool().discover(((3, 8), (3, 9), (3, 10)))
+# the older managed-host Pythons that this venv's ansible-core supports on targets (its leg's host_python
+# in pyproject.toml: 3.8 only with ansible-core 2.19, which 2.20 and later refuse)
+OLDER = tuple(minor for minor in _tool().host_minors() if minor <= (3, 10))
+FOUND, SKIPPED = _tool().discover(OLDER)
 PARAMS = [pytest.param(FOUND[m][0], id=f"python{m[0]}.{m[1]}") for m in sorted(FOUND)] or [
     pytest.param(None, marks=pytest.mark.skip(reason=f"no Python 3.8-3.10 here: {SKIPPED}"))
 ]
