@@ -295,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(PARTS),
         help=f"only these parts of each leg, e.g. unit,sanity (of {', '.join(PARTS)})",
     )
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
     only = tuple(part.strip() for part in args.parts.split(","))
     if set(only) - set(PARTS):
         parser.error(

@@ -1,0 +1,103 @@
+"""tools/legs.py: a leg that cannot run is a named failure, what each leg runs, how its output is counted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _load():
+    spec = importlib.util.spec_from_file_location("gpusplit_legs", ROOT / "tools" / "legs.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+legs = _load()
+DATA = legs.load()
+OLD = {
+    "name": "old",
+    "pins": ["ansible==1.0.0", "ansible-core==2.1.0"],
+    "controller_python": ["3.99"],
+    "host_python": ["3.99"],
+    "default": False,
+    "lab": True,
+}
+
+
+def test_a_leg_without_its_python_is_a_named_failure(tmp_path):
+    with pytest.raises(legs.LegError, match=r"^leg old: no usable Python 3\.99 found"):
+        legs.ensure_venv(OLD, {"dependencies": ["ansible==9", "ansible-core==9"]}, root=tmp_path)
+    said = []
+    data = {"legs": [OLD], "matrix": {}, "dependencies": ["ansible==9", "ansible-core==9"]}
+    assert legs.run_legs(data, [OLD], "test", "0", log=said.append) == 1
+    assert said[0].startswith("[old] FAILED: cannot run: leg old: no usable Python 3.99 found")
+    assert said[-1] == "FAILED: old cannot run"
+
+
+def test_the_default_legs_venv_missing_is_a_named_failure(tmp_path):
+    default = next(leg for leg in DATA["legs"] if leg["default"])
+    with pytest.raises(legs.LegError, match=r"\.venv is missing \(make venv builds it\)"):
+        legs.ensure_venv(default, DATA, root=tmp_path)
+
+
+def test_a_built_venv_is_reused_while_its_stamp_holds(tmp_path, monkeypatch):
+    leg = dict(OLD, controller_python=[f"{sys.version_info[0]}.{sys.version_info[1]}"])
+    data = {"dependencies": ["ansible==9", "ansible-core==9", "pytest==8"]}
+    monkeypatch.setattr(legs, "find_python", lambda _leg: sys.executable)
+    home = legs.venv_dir(leg, tmp_path)
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "python").symlink_to(sys.executable)
+    stamp = {
+        "python": sys.executable,
+        "version": legs.python_version(sys.executable),
+        "requirements": ["ansible==1.0.0", "ansible-core==2.1.0", "pytest==8"],
+    }
+    (home / ".gpusplit-leg.json").write_text(json.dumps(stamp))
+    assert legs.ensure_venv(leg, data, root=tmp_path, log=pytest.fail) == home / "bin" / "python"
+    assert home.name == ".venv-old"
+
+
+def test_requirements_swap_only_the_two_pins():
+    deps = ["ansible==14.5.0", "ansible-core==2.21.5", "pytest==8.4.2", "ansible-lint==26.10.1"]
+    assert legs.requirements(OLD, deps) == ["ansible==1.0.0", "ansible-core==2.1.0", "pytest==8.4.2", deps[3]]
+    with pytest.raises(ValueError, match="lacks"):
+        legs.requirements(OLD, ["pytest==8.4.2"])
+
+
+def test_what_each_leg_runs(tmp_path):
+    python = tmp_path / "bin" / "python"
+    lab_leg = dict(OLD)
+    plain = dict(OLD, lab=False)
+    names = [part for part, _argv, _counts in legs.parts(lab_leg, python, "test", "2")]
+    assert names == ["unit", "sanity", "lab"]
+    unit, sanity, lab = (argv for _part, argv, _counts in legs.parts(lab_leg, python, "test", "2"))
+    assert unit[0] == str(python) and unit[-3:] == ["-m", "not integration", "tests/unit"]
+    assert ["--numprocesses", "2"] == unit[unit.index("--numprocesses") : unit.index("--numprocesses") + 2]
+    # sanity runs under the leg's own Python, which tools/sanity.py passes on as --python
+    assert sanity == [str(python), str(ROOT / "tools" / "sanity.py")]
+    assert lab[-2:] == list(legs.LAB_TESTS)
+    assert [part for part, *_ in legs.parts(plain, python, "test", "0")] == ["unit", "sanity"]
+    assert "--numprocesses" not in legs.parts(plain, python, "test", "0")[0][1]
+    whole = legs.parts(plain, python, "matrix", "2")
+    assert [part for part, *_ in whole] == ["pytest", "sanity"] and whole[0][1][-1] == "tests"
+    for rel in legs.LAB_TESTS:
+        assert (ROOT / rel).is_file(), rel
+
+
+def test_counts_are_read_off_pytest_and_ansible_test():
+    out = "....\n=========== 3170 passed, 2 skipped, 3 xfailed in 250.10s (0:04:10) ===========\n"
+    assert legs.pytest_counts(out) == "3170 passed, 2 skipped, 3 xfailed in 250.10s (0:04:10)"
+    sanity = 'Running sanity test "pep8"\nRunning sanity test "pylint"\n'
+    assert legs.sanity_counts(sanity) == "2 sanity tests ran"
+    failed = (
+        sanity
+        + "FATAL: The 1 sanity test(s) listed below (out of 24) failed. See error output above.\npylint\n"
+    )
+    assert legs.sanity_counts(failed) == "24 sanity tests, 1 failed"
