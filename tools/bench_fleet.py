@@ -15,15 +15,19 @@ their kwok Nodes in the running lab, runs ``playbooks/site.yml`` twice and print
 * the changed count of the re-run;
 * tasks per GPU host on the re-run (ok, changed, failed and skipped in the play recap: each one costs
   the controller a worker process, the host's variables and the callbacks, even a skipped one);
-* CPU seconds of the re-run, split in two: what the simulated GPU hosts' module processes used (the
-  bench hosts run their modules through a small wrapper of the Python interpreter that adds up each
-  module process's CPU time) and what the rest used: the controller (``ansible-playbook``, its
-  workers, the controller's own modules). On the lab the GPU hosts are this machine, so their module
-  processes take the controller's cores; on a real fleet they run on the hosts.
+* CPU seconds of each run, split: what the simulated GPU hosts ran (every command their connection
+  started: the module processes and the shells around them, counted by the bench's connection plugin,
+  a local connection that reads its worker's CPU of reaped children around each command), of it the
+  module processes alone (the bench hosts run their modules through a small wrapper of the Python
+  interpreter that adds up each module process's CPU time), and the rest: the controller
+  (``ansible-playbook``, its workers, the controller's own modules). On the lab the GPU hosts are this
+  machine, so what they run takes the controller's cores; on a real fleet it runs on the hosts.
 
-At the end, seconds per host: the slope of the re-run and of the first run between the two largest
-N, and of the re-run's controller CPU seconds. The bench's Nodes, host roots and per-node DaemonSets are deleted after each N. Needs the lab
-(``python -m lab.lab up``); see docs/performance.md for recorded runs.
+At the end, seconds per host: the slope between the two largest N of the first run, the re-run, the
+controller's CPU of each and the hosts' module CPU of the re-run; and, at the largest N, the controller's
+CPU per host of each run and the re-run's controller CPU as a share of the first run's. The bench's Nodes,
+host roots and per-node DaemonSets are deleted after each N. Needs the lab (``python -m lab.lab up``); see
+docs/performance.md for recorded runs.
 
     python tools/bench_fleet.py [--sizes 10,50,200] [--forks 20] [--json out/bench-fleet.json]
 """
@@ -171,6 +175,60 @@ sys.exit(os.waitstatus_to_exitcode(status))
 """
 
 
+# The GPU hosts' connection: ansible-core's local connection that adds, for each command it runs, the CPU
+# seconds of what that command started (reaped in this worker between the command's start and its end:
+# the shell, the module's interpreter, mkdir and rm of a temporary folder) to the file
+# GPUSPLIT_BENCH_HOST_CPU_FILE names. On a fleet those processes run on the hosts, not on the controller.
+CONNECTION_NAME = "gpusplit_bench_local"
+CONNECTION = '''
+DOCUMENTATION = """
+    name: gpusplit_bench_local
+    short_description: the fleet bench's local connection, which counts what the host's commands cost
+    description:
+        - Runs each command on this machine as ansible.builtin.local does, and appends the CPU seconds of the
+          processes the command started to the file GPUSPLIT_BENCH_HOST_CPU_FILE names.
+    author: gpusplit
+    options:
+        become_success_timeout:
+            type: int
+            default: 10
+            description: Seconds to wait for become to succeed (as the local connection's option).
+            vars:
+                - name: ansible_local_become_success_timeout
+        become_strip_preamble:
+            type: bool
+            default: true
+            description: Whether become's own output before the command is left out (as the local connection's).
+            vars:
+                - name: ansible_local_become_strip_preamble
+    extends_documentation_fragment:
+        - connection_pipelining
+"""
+
+import os
+import resource
+
+from ansible.plugins.connection.local import Connection as LocalConnection
+
+
+def _spent():
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+class Connection(LocalConnection):
+    def exec_command(self, cmd, in_data=None, sudoable=True):
+        before = _spent()
+        try:
+            return super().exec_command(cmd, in_data=in_data, sudoable=sudoable)
+        finally:
+            log = os.environ.get("GPUSPLIT_BENCH_HOST_CPU_FILE")
+            if log:
+                with open(log, "a") as handle:
+                    handle.write("%.4f\\n" % (_spent() - before))
+'''
+
+
 def host_name(i: int) -> str:
     return f"{PREFIX}{i:04d}"
 
@@ -220,9 +278,18 @@ def write_interpreter(workdir: Path) -> Path:
     return path
 
 
+def write_plugins(workdir: Path) -> None:
+    """The bench's callback (callbacks/) and its GPU hosts' connection (connections/) in ``workdir``."""
+    (workdir / "callbacks").mkdir(parents=True, exist_ok=True)
+    (workdir / "callbacks" / "gpusplit_bench_count.py").write_text(CALLBACK)
+    (workdir / "connections").mkdir(parents=True, exist_ok=True)
+    (workdir / "connections" / f"{CONNECTION_NAME}.py").write_text(CONNECTION)
+
+
 def write_inventory(n: int, workdir: Path) -> Path:
     """inventory-<n>/ in ``workdir``: hosts.yml, the lab's group_vars/all.yml and, for the GPU hosts,
-    the interpreter wrapper that counts their modules' CPU time."""
+    the interpreter wrapper that counts their modules' CPU time and the connection that counts what
+    their commands cost."""
     import yaml
 
     inv = workdir / f"inventory-{n}"
@@ -237,6 +304,7 @@ def write_inventory(n: int, workdir: Path) -> Path:
         yaml.safe_dump(
             {
                 "ansible_python_interpreter": str(write_interpreter(workdir)),
+                "ansible_connection": CONNECTION_NAME,
                 "gpusplit_lab_root": str(ROOT),
                 "gpusplit_lab_dir": str(lab_dir),
                 "gpusplit_discovery_proc_root": str(ROOT / "tests" / "fixtures" / "proc"),
@@ -435,7 +503,8 @@ def lab_cpu_between(before: dict[str, float | None], after: dict[str, float | No
 
 
 def module_cpu(path: Path) -> tuple[int, float]:
-    """(module processes, their CPU seconds) from the interpreter wrapper's file."""
+    """(module processes, their CPU seconds) from the interpreter wrapper's file; (commands, their CPU
+    seconds) from the connection's."""
     if not path.exists():
         return 0, 0.0
     values = [float(line) for line in path.read_text().split() if line]
@@ -447,7 +516,9 @@ def run_site(
 ) -> dict:
     counts = workdir / f"counts-{label}.json"
     modules = workdir / f"module-cpu-{label}.txt"
+    commands = workdir / f"host-cpu-{label}.txt"
     modules.unlink(missing_ok=True)
+    commands.unlink(missing_ok=True)
     env = dict(os.environ)
     env.update(
         {
@@ -456,6 +527,8 @@ def run_site(
             "ANSIBLE_CALLBACKS_ENABLED": "gpusplit_bench_count",
             "GPUSPLIT_BENCH_COUNT_FILE": str(counts),
             "GPUSPLIT_BENCH_MODULE_CPU_FILE": str(modules),
+            "ANSIBLE_CONNECTION_PLUGINS": str(workdir / "connections"),
+            "GPUSPLIT_BENCH_HOST_CPU_FILE": str(commands),
             "ANSIBLE_NOCOLOR": "1",
         }
     )
@@ -483,15 +556,19 @@ def run_site(
     cpu = children_cpu() - cpu_before
     steal = steal_seconds() - steal_before
     lab_cpu = lab_cpu_between(lab_before, {name: process_cpu(pid) for name, pid in procs.items()})
-    module_runs, host_cpu = module_cpu(modules)
+    module_runs, modules_cpu = module_cpu(modules)
+    command_runs, commands_cpu = module_cpu(commands)
     data = json.loads(counts.read_text()) if counts.exists() else {}
     return {
         "rc": rc,
         "seconds": seconds,
         "cpu_s": cpu,
         "host_module_runs": module_runs,
-        "host_module_cpu_s": host_cpu,
-        "controller_cpu_s": cpu - host_cpu,
+        "host_module_cpu_s": modules_cpu,
+        # every command of the GPU hosts: their modules, the wrapper, the shells around them
+        "host_commands": command_runs,
+        "host_cpu_s": commands_cpu,
+        "controller_cpu_s": cpu - max(commands_cpu, modules_cpu),
         "lab_cpu_s": lab_cpu,
         "steal_s": round(steal, 1),
         "log": str(log),
@@ -522,8 +599,7 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_va
 
     core = nodes.api()
     apps = client.AppsV1Api(core.api_client)
-    (workdir / "callbacks").mkdir(parents=True, exist_ok=True)
-    (workdir / "callbacks" / "gpusplit_bench_count.py").write_text(CALLBACK)
+    write_plugins(workdir)
     rows = []
     delete_bench_objects(core)
     for n in sizes:
@@ -557,9 +633,13 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_va
             "controller_cpu_s_first": round(first["controller_cpu_s"], 1),
             "host_module_cpu_s_first": round(first["host_module_cpu_s"], 1),
             "host_module_runs_first": first["host_module_runs"],
+            "host_cpu_s_first": round(first["host_cpu_s"], 1),
+            "host_commands_first": first["host_commands"],
             "controller_cpu_s_rerun": round(again["controller_cpu_s"], 1),
             "host_module_cpu_s_rerun": round(again["host_module_cpu_s"], 1),
             "host_module_runs_rerun": again["host_module_runs"],
+            "host_cpu_s_rerun": round(again["host_cpu_s"], 1),
+            "host_commands_rerun": again["host_commands"],
             # the lab's own processes (its control plane, kwok, the simulators' supervisor): on a fleet they are
             # the cluster's and the hosts' kubelets, not the controller's; and the hypervisor's steal
             "lab_cpu_s_first": first["lab_cpu_s"],
@@ -583,24 +663,65 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_va
 
 
 HEADER = (
-    "| GPU hosts | first run s | re-run s | re-run/first | module executions per host | tasks per host"
-    " | re-run changed | re-run apiserver writes | re-run CPU s: controller / GPU hosts' modules"
+    "| GPU hosts | first run s | re-run s | re-run/first | controller CPU s: first / re-run | controller CPU"
+    " re-run/first | controller CPU per host: first / re-run | GPU hosts' module CPU per host: first / re-run"
+    " | module executions per host | tasks per host | re-run changed | re-run apiserver writes"
     " | the lab's own CPU s: first / re-run | load average |"
 )
 
 
+def ratio(a: float, b: float) -> float:
+    return a / b if b else 0.0
+
+
 def print_row(row: dict, flush: bool = False) -> None:
-    ratio = row["rerun_s"] / row["first_s"] if row["first_s"] else 0.0
+    n = row["hosts"]
     rc = "" if row["first_rc"] == row["rerun_rc"] == 0 else f" (rc {row['first_rc']}/{row['rerun_rc']})"
     load = " ".join(f"{x:.1f}" for x in row.get("load_before", ()))
+    first_c, again_c = row["controller_cpu_s_first"], row["controller_cpu_s_rerun"]
     print(
-        f"| {row['hosts']} | {row['first_s']} | {row['rerun_s']} | {ratio:.0%} | "
+        f"| {n} | {row['first_s']} | {row['rerun_s']} | {ratio(row['rerun_s'], row['first_s']):.0%} | "
+        f"{first_c} / {again_c} | {ratio(again_c, first_c):.0%} | "
+        f"{first_c / n:.3f} / {again_c / n:.3f} | "
+        f"{row['host_module_cpu_s_first'] / n:.3f} / {row['host_module_cpu_s_rerun'] / n:.3f} | "
         f"{row['modules_per_host_rerun']} | {row['tasks_per_host_rerun']} | {row['changed_rerun']} | "
-        f"{row['apiserver']['writes']}{rc} | {row['controller_cpu_s_rerun']} / {row['host_module_cpu_s_rerun']} | "
+        f"{row['apiserver']['writes']}{rc} | "
         f"{sum(row.get('lab_cpu_s_first', {}).values()):.1f} / {sum(row.get('lab_cpu_s_rerun', {}).values()):.1f} | "
         f"{load} |",
         flush=flush,
     )
+
+
+# the slopes printed at the end: (row key, what it is)
+SLOPES = (
+    ("first_s", "first run"),
+    ("rerun_s", "re-run"),
+    ("controller_cpu_s_first", "controller CPU seconds of the first run"),
+    ("controller_cpu_s_rerun", "controller CPU seconds of the re-run"),
+    ("host_module_cpu_s_rerun", "GPU hosts' module CPU seconds of the re-run"),
+)
+
+
+def summary(rows: list[dict]) -> list[str]:
+    """The lines printed after the table: the slopes, and the controller's CPU at the largest fleet."""
+    lines = []
+    if len(rows) >= 2:
+        a, b = sorted(rows, key=lambda r: r["hosts"])[-2:]
+        for key, word in SLOPES:
+            s = slope(rows, key)
+            if s is not None:
+                lines.append(f"seconds per host ({word}, slope {a['hosts']} -> {b['hosts']} hosts): {s:.3f}")
+    if rows:
+        top = max(rows, key=lambda r: r["hosts"])
+        n = top["hosts"]
+        first_c, again_c = top["controller_cpu_s_first"], top["controller_cpu_s_rerun"]
+        lines.append(
+            f"{n} hosts: controller CPU per GPU host {first_c / n:.3f} s (first run), {again_c / n:.3f} s (re-run); "
+            f"the re-run's controller CPU is {ratio(again_c, first_c):.0%} of the first run's; "
+            f"the GPU hosts' commands {top['host_cpu_s_first'] / n:.3f} and {top['host_cpu_s_rerun'] / n:.3f} s per host, "
+            f"of it their modules {top['host_module_cpu_s_first'] / n:.3f} and {top['host_module_cpu_s_rerun'] / n:.3f} s"
+        )
+    return lines
 
 
 def slope(rows: list[dict], key: str) -> float | None:
@@ -661,23 +782,14 @@ def main(argv: list[str] | None = None) -> int:
         + (f", extra vars {args.extra_vars}" if args.extra_vars else "")
     )
     print(HEADER)
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---" * HEADER.count(" | ") + "|---|")
     try:
         rows = bench(sizes, args.forks, workdir, extra_env, tuple(args.extra_vars))
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    for key, word in (
-        ("first_s", "first run"),
-        ("rerun_s", "re-run"),
-        ("controller_cpu_s_rerun", "controller CPU seconds of the re-run"),
-        ("host_module_cpu_s_rerun", "GPU hosts' module CPU seconds of the re-run"),
-    ):
-        s = slope(rows, key)
-        if s is not None:
-            print(
-                f"seconds per host ({word}, slope {rows[-2]['hosts']} -> {rows[-1]['hosts']} hosts): {s:.2f}"
-            )
+    for line in summary(rows):
+        print(line)
     for row in rows:
         if row["apiserver"]["by_kind"]:
             print(f"{row['hosts']} hosts, re-run writes: {row['apiserver']['by_kind']}")

@@ -270,3 +270,87 @@ def test_a_wait_reads_until_nothing_is_left_or_its_time_is_up():
     now[0], reads[:] = 0.0, []
     assert bench_fleet.wait_until_done(left_of([[]]), 5, 2, clock, sleep) == (0.0, 0)
     assert reads == [0.0]
+
+
+def test_the_gpu_hosts_connection_counts_their_commands_and_the_wrapper_their_modules(tmp_path):
+    """The bench's GPU hosts run over its connection plugin (the local connection that counts the CPU of each
+    command it runs) with the interpreter wrapper: every module execution is one module process, and the
+    host's commands (the shells around it, the wrapper) cost at least what its modules cost."""
+    import os
+    import subprocess
+
+    import yaml
+
+    bench_fleet.write_plugins(tmp_path)
+    wrapper = bench_fleet.write_interpreter(tmp_path)
+    host = {"ansible_connection": bench_fleet.CONNECTION_NAME, "ansible_python_interpreter": str(wrapper)}
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump({"all": {"hosts": {"h1": host, "h2": host}}}))
+    modules, commands = tmp_path / "modules.txt", tmp_path / "commands.txt"
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "all", "-i", str(tmp_path / "hosts.yml")]
+        + ["-m", "ansible.builtin.ping"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=dict(
+            os.environ,
+            ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+            ANSIBLE_CONNECTION_PLUGINS=str(tmp_path / "connections"),
+            GPUSPLIT_BENCH_MODULE_CPU_FILE=str(modules),
+            GPUSPLIT_BENCH_HOST_CPU_FILE=str(commands),
+        ),
+        timeout=120,
+    )
+    assert done.returncode == 0 and done.stdout.count("pong") == 2, done.stdout + done.stderr
+    module_runs, module_cpu = bench_fleet.module_cpu(modules)
+    command_runs, command_cpu = bench_fleet.module_cpu(commands)
+    assert module_runs == 2 and module_cpu > 0
+    assert command_runs >= 2 and command_cpu > module_cpu
+
+
+def bench_row(hosts, **values):
+    row = {
+        "hosts": hosts,
+        "first_s": 80.0,
+        "rerun_s": 20.0,
+        "first_rc": 0,
+        "rerun_rc": 0,
+        "controller_cpu_s_first": 60.0,
+        "controller_cpu_s_rerun": 20.0,
+        "host_module_cpu_s_first": 30.0,
+        "host_module_cpu_s_rerun": 10.0,
+        "host_cpu_s_first": 32.0,
+        "host_cpu_s_rerun": 11.0,
+        "modules_per_host_rerun": 1.0,
+        "tasks_per_host_rerun": 1.1,
+        "changed_rerun": 0,
+        "apiserver": {"writes": 0},
+        "lab_cpu_s_first": {"etcd": 1.0},
+        "lab_cpu_s_rerun": {"etcd": 0.5},
+        "load_before": [1.0, 2.0, 3.0],
+    }
+    row.update(values)
+    return row
+
+
+def test_a_row_has_a_cell_per_column_and_gives_the_controllers_cpu_per_host(capsys):
+    bench_fleet.print_row(bench_row(200))
+    line = capsys.readouterr().out.strip()
+    cells = [c.strip() for c in line.strip("|").split("|")]
+    assert len(cells) == len(bench_fleet.HEADER.strip("|").split("|"))
+    assert cells[4:8] == ["60.0 / 20.0", "33%", "0.300 / 0.100", "0.150 / 0.050"]
+
+
+def test_the_summary_gives_the_slopes_and_the_controllers_share_at_the_largest_fleet():
+    rows = [
+        bench_row(50, first_s=30.0, rerun_s=8.0, controller_cpu_s_first=15.0, controller_cpu_s_rerun=5.0),
+        bench_row(200),
+    ]
+    lines = bench_fleet.summary(rows)
+    assert "seconds per host (first run, slope 50 -> 200 hosts): 0.333" in lines
+    assert "seconds per host (controller CPU seconds of the re-run, slope 50 -> 200 hosts): 0.100" in lines
+    assert lines[-1].startswith(
+        "200 hosts: controller CPU per GPU host 0.300 s (first run), 0.100 s (re-run); "
+        "the re-run's controller CPU is 33% of the first run's"
+    )
+    assert bench_fleet.summary(rows[:1])[0].startswith("50 hosts:")
