@@ -79,26 +79,26 @@ integration: lab-build
 	$(BIN)/pytest -m integration tests
 
 # the lab's tests run in two pytest-xdist groups (lab-a, lab-b), each on a worker and a lab of its
-# own, while the other tests fill the gaps (tests/conftest.py, lab/workers.py, docs/lab.md). Beside
-# pytest, one after the other: the managed-host modules' tests per ansible-core under the host
-# Pythons it supports (tools/multi_python_tests.py), then the other legs of the support matrix
-# (tools/legs.py test: on ansible-core 2.20 and 2.19 the unit tests and ansible-test sanity, each in
-# its own venv, and on 2.19 the lab's split, verify and SSH host tests on a lab of its own). Their
-# output is printed after pytest's, and any of them failing fails the target.
+# own, while the other tests fill the gaps (tests/conftest.py, lab/workers.py, docs/lab.md). Two jobs
+# run beside pytest: the managed-host modules' tests per ansible-core under the host Pythons it
+# supports (tools/multi_python_tests.py), and the other legs of the support matrix (tools/legs.py
+# test: on ansible-core 2.20 and 2.19 the unit tests and ansible-test sanity, each in its own venv,
+# and on 2.19 the lab's split, verify and SSH host tests on a lab of its own). Their output is
+# printed after pytest's, and any of them failing fails the target.
 test: venv legs-venv lab-build lint
 	@rm -f $(VENV)/multi-python.rc $(VENV)/legs.rc; \
-	( $(BIN)/python tools/multi_python_tests.py > $(VENV)/multi-python.log 2>&1; echo $$? > $(VENV)/multi-python.rc; \
-	   $(BIN)/python tools/legs.py test > $(VENV)/legs.log 2>&1; echo $$? > $(VENV)/legs.rc ) & bg=$$!; \
-	trap 'kill $$bg 2>/dev/null' EXIT INT TERM; \
-	echo "tools/multi_python_tests.py, then tools/legs.py test, run beside pytest (pid $$bg); their output follows pytest's"; \
+	( $(BIN)/python tools/multi_python_tests.py > $(VENV)/multi-python.log 2>&1; echo $$? > $(VENV)/multi-python.rc ) & mp=$$!; \
+	( $(BIN)/python tools/legs.py test > $(VENV)/legs.log 2>&1; echo $$? > $(VENV)/legs.rc ) & legs=$$!; \
+	trap 'kill $$mp $$legs 2>/dev/null' EXIT INT TERM; \
+	echo "tools/multi_python_tests.py (pid $$mp) and tools/legs.py test (pid $$legs) run beside pytest; their output follows pytest's"; \
 	start=$$(date +%s); \
 	$(BIN)/pytest --numprocesses auto --maxprocesses 4 --dist loadgroup --durations=20 tests; rc=$$?; \
-	echo "[core2.21] default leg: pytest exit status $$rc; $$(( $$(date +%s) - start )) s; Python $$($(BIN)/python -c 'import sys; print(sys.version.split()[0])')"; \
-	wait $$bg; \
+	echo "the default leg's pytest ($$($(BIN)/python -c 'import sys, ansible.release as r; print("ansible-core", r.__version__, "on Python", sys.version.split()[0])')): exit status $$rc, $$(( $$(date +%s) - start )) s"; \
+	wait $$mp $$legs; \
 	mprc=$$(cat $(VENV)/multi-python.rc 2>/dev/null || echo 1); legsrc=$$(cat $(VENV)/legs.rc 2>/dev/null || echo 1); \
 	echo "== tools/multi_python_tests.py (exit status $$mprc) =="; cat $(VENV)/multi-python.log; \
 	echo "== tools/legs.py test (exit status $$legsrc) =="; cat $(VENV)/legs.log; \
-	echo "pytest exit status $$rc, tools/multi_python_tests.py exit status $$mprc, tools/legs.py test exit status $$legsrc"; \
+	echo "all done after $$(( $$(date +%s) - start )) s: pytest exit status $$rc, tools/multi_python_tests.py $$mprc, tools/legs.py test $$legsrc"; \
 	[ $$rc -eq 0 ] && [ $$mprc -eq 0 ] && [ $$legsrc -eq 0 ]
 
 # every leg of the support matrix in full: the whole pytest suite and ansible-test sanity per

@@ -82,11 +82,11 @@ def render(data: dict) -> str:
     kube = ", ".join(data["matrix"]["kubernetes"])
     lines += [
         "",
-        f"Kubernetes: {kube} (the lab's control plane is built from that release; "
-        f"`meta/runtime.yml` asks for ansible-core `{requires_ansible(data['legs'])}`).",
-        "Each leg's venv is built with the first of its controller Pythons the machine has: the",
-        "default leg with the newest, the others with the oldest, so one Python serves every leg where",
-        "only one is installed.",
+        f"Kubernetes: {kube} (the lab's control plane is built from that release). `meta/runtime.yml`",
+        f"asks for ansible-core `{requires_ansible(data['legs'])}`: exactly these releases. Each leg's",
+        "venv is built with the first of its controller Pythons the machine has (the default leg's",
+        "with the newest, the others' with the oldest), so one Python serves every leg where only one",
+        "is installed; `make test-matrix` runs the whole suite on every leg.",
         END,
     ]
     return "\n".join(lines)
