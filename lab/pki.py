@@ -65,6 +65,11 @@ def _sign(subject, public_key, issuer, issuer_key, *, ca=False, server_sans=None
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + VALIDITY)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        # the key identifiers: Python 3.13's ssl verifies strictly (VERIFY_X509_STRICT) and refuses a chain without them
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public_key), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False
+        )
     )
     if ca:
         builder = builder.add_extension(
@@ -82,10 +87,26 @@ def _pem(cert: x509.Certificate) -> bytes:
     return cert.public_bytes(serialization.Encoding.PEM)
 
 
+def _has_key_ids(path: Path) -> bool:
+    """Whether the certificate at ``path`` carries its key identifiers (a lab made before they were added has
+    none: its certificates are made again)."""
+    try:
+        x509.load_pem_x509_certificate(path.read_bytes()).extensions.get_extension_for_class(
+            x509.SubjectKeyIdentifier
+        )
+    except (x509.ExtensionNotFound, ValueError):
+        return False
+    return True
+
+
 def ensure() -> bool:
     """Create whatever is missing. Returns True when anything was generated."""
     PKI.mkdir(parents=True, exist_ok=True)
-    if (PKI / "ca.crt").exists() and all(path.exists() for path, _, _ in CLIENTS.values()):
+    if (
+        (PKI / "ca.crt").exists()
+        and _has_key_ids(PKI / "ca.crt")
+        and all(path.exists() for path, _, _ in CLIENTS.values())
+    ):
         return False
     ca_key = _key()
     ca_name = _name("gpusplit-lab-ca")

@@ -42,12 +42,11 @@ LISTS = {"errors", "problems", "refusals"}
 CAPABILITIES = (
     (
         "GPU discovery",
-        "The module `nvidia_gpu_facts`, the fleet GPU table (`playbooks/discover.yml`) and the lean runner the host modules go through.",
+        "The module `nvidia_gpu_facts` and the fleet GPU table (`playbooks/discover.yml`).",
         (
             "module_utils/_gpu/",
             "modules/nvidia_gpu_facts.py",
             "filter/gpu_table.py",
-            "plugin_utils/lean_module.py",
         ),
     ),
     (

@@ -91,10 +91,8 @@ def _finished(result):
 
 
 def discovery_report(hv):
-    """One host's GPU report from this run's discovery result (role gpu_discovery), None where it has none.
-
-    The module installs the NVML binding itself where asked, in the same call, so its one result is the
-    host's report."""
+    """One host's GPU report from this run's discovery result (role gpu_discovery: its last reading, the one after
+    the binding's install where that ran), None where it has none."""
     result = hv.get("gpu_discovery_result")
     if not _finished(result):
         return None

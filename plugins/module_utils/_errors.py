@@ -70,17 +70,10 @@ def fail_on_refusal(module, title="", **result):
 
 def refusal_answer(exc, title="", **known):
     """The keys of a failed answer for refusal ``exc``: what the caller knows (``known``), updated with what the
-    refusal says was already done (``exc.result``), then ``msg`` (:func:`refusal_text`) and ``errors``. For
-    :func:`fail_on_refusal` and the lean runner's program alike."""
+    refusal says was already done (``exc.result``), then ``msg`` (:func:`refusal_text`) and ``errors``."""
     answer = dict(known, **(exc.result or {}))
     answer.update(msg=refusal_text(title, exc), errors=list(exc.errors))
     return answer
-
-
-class RunTheModule(Exception):
-    """Not a refusal: a host module's work, run through the lean runner (module_utils/_lean/bootstrap.py),
-    raises it before it changes anything where this host needs what only AnsibleModule does (SELinux
-    labels on written files). The action plugin then runs the module itself. The text says why."""
 
 
 def type_name(value):

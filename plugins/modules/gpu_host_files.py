@@ -116,15 +116,22 @@ options:
       - Leave off when the files are below a host root that is not the host's C(/) (tests, a chroot).
     type: bool
     default: false
+  obsolete_dirs:
+    description:
+      - Folders that an earlier version of gpusplit kept on the host and that nothing uses any more; each one that
+        exists as a folder (not a link) is removed with everything in it, and is listed in RV(files) with
+        C(kind=obsolete_dir). A path that is missing, a file or a link is left alone.
+      - The role C(gpusplit.k8s.gpu_host) passes the code cache folder of gpusplit 0.1 (C(/var/cache/gpusplit) under
+        C(gpusplit_host_root)).
+    type: list
+    elements: path
+    default: []
 notes:
   - Supports check mode and diff mode; the diff holds one before/after per changed file.
-  - Runs on the host's Python 3.8 or later with the standard library only.
-  - A task runs through the action plugin of the same name, which checks the options on the controller with this
-    module's argument spec and sends the module's work to the host's Python without an AnsiballZ execution
-    (docs/hardening.md, "How the files are written"). Files are replaced as this module replaces them (an existing
-    file keeps its owner, group, mode and extended attributes, a new one gets the umask's mode and then 0644). On a
-    host where SELinux is enabled, and for a task with C(async), the module itself runs, so that new files get the
-    policy's labels.
+  - Runs on the Pythons that the controller's ansible-core supports on managed hosts, with the standard library
+    only.
+  - Files are replaced through AnsibleModule's C(atomic_move). An existing file keeps its owner, group, mode,
+    extended attributes and SELinux context, a new one gets the policy's default context and mode 0644.
   - It restarts no service; RV(restart_units) and RV(released_units) name the services that take the change when
     they restart. It reloads systemd only with O(daemon_reload).
 extends_documentation_fragment:
@@ -213,7 +220,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files impo
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True, **SPEC_RULES)
     with fail_on_refusal(module, changed=False):
-        result = execute(module.params, check_mode=module.check_mode, diff=module._diff, module=module)
+        result = execute(module.params, module, check_mode=module.check_mode, diff=module._diff)
     module.exit_json(**result)
 
 

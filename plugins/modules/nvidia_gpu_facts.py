@@ -17,9 +17,9 @@ description:
   - Reads NVML through the Python binding C(pynvml) (PyPI package C(nvidia-ml-py)) when it is importable
     and NVML starts; otherwise runs C(nvidia-smi). The backend used is returned as
     C(ansible_facts.nvidia_gpu_backend).
-  - Read-only, except for one thing asked for with O(install_binding). Where the NVML binding does not import,
-    the module then pip-installs it into the Python that runs it and reads NVML in the same call. Check mode
-    installs nothing and returns the facts read without it.
+  - Read-only, it changes nothing on the host, in check mode or not. Whether the NVML binding imports, and in which
+    Python, is returned as RV(nvml_binding); the role C(gpusplit.k8s.gpu_discovery) installs the binding with
+    M(ansible.builtin.pip) where it is missing and C(gpusplit_install_nvml_binding) asks for it.
   - A host without an NVIDIA driver returns an empty list and says why in C(msg), unless O(required=true).
 author:
   - gpusplit team (!UNKNOWN)
@@ -105,38 +105,23 @@ options:
         RV(host_state). The role C(gpusplit.k8s.gpu_host) skips gpu_host_files on a host whose record holds this
         run's digest and whose files are as recorded (docs/performance.md). Not read when unset.
     type: path
-  install_binding:
+  binding_missing:
     description:
-      - Where the NVML binding C(pynvml) does not import (and O(backend) is V(auto) or V(nvml)), run
-        C(<the Python that runs this module> -m pip install nvidia-ml-py==<binding_version>) with a time limit of
-        300 s, then read NVML in the same call. Where it imports, pip never runs, so a re-run touches no network.
-      - A failed install fails the host with pip's last lines and what to do (no pip for that Python, an
-        externally managed Python, no route to the package index).
-      - The only change the module makes; the result is C(changed) when pip installed the binding (or, in check
-        mode, would have run pip; nothing is installed then).
-      - The role C(gpusplit.k8s.gpu_discovery) sets it from C(gpusplit_install_nvml_binding).
-    type: bool
-    default: false
-  binding_version:
-    description: The version of C(nvidia-ml-py) that O(install_binding) installs (pinned).
+      - With O(backend=nvml), what a host whose NVML binding does not import gets.
+      - V(fail) fails the host, naming the import error.
+      - V(return) returns no GPUs, the reason in C(msg) and C(importable=false) in RV(nvml_binding), for a caller
+        that installs the binding and reads again (the role C(gpusplit.k8s.gpu_discovery) with
+        C(gpusplit_install_nvml_binding)). A host whose facts are used must not stop at this reading.
     type: str
-    default: "13.615.71"
-  break_system_packages:
-    description:
-      - Pass C(--break-system-packages) to pip, needed where the system Python is externally managed (PEP 668)
-        and no virtual environment is used. Only with O(install_binding).
-    type: bool
-    default: false
+    choices: [fail, return]
+    default: fail
 notes:
-  - Supports C(check_mode). Nothing but the NVML binding (O(install_binding)) is ever changed, and check mode
-    does not install it.
+  - Supports C(check_mode), and changes nothing either way.
   - GPU indices are not stable across reboots; use C(uuid) or C(pci_bus_id) to name a GPU.
   - The C(nvidia-smi) backend takes the minor number and the CUDA version from C(nvidia-smi -q -x),
     MIG device UUIDs and profiles from C(nvidia-smi -L), everything else from C(--query-gpu).
-  - The task runs through the action plugin of the same name, which checks the options on the controller and
-    runs the same work on the host without an AnsiballZ execution (about 0.27 s of CPU less per host). The
-    host needs the same Python (3.8 or later, standard library). A task with C(async) runs this module itself.
-    See docs/gpu-facts.md, "How the discovery runs on a host".
+  - Runs on the Pythons that the controller's ansible-core supports on managed hosts, with the standard library
+    only (and C(nvidia-ml-py) where NVML is read).
 requirements:
   - An NVIDIA driver, and either the Python package C(nvidia-ml-py) (for NVML) or C(nvidia-smi) on the host.
 seealso:
@@ -158,11 +143,9 @@ EXAMPLES = r"""
     required: true
     nvidia_smi_path: /usr/bin/nvidia-smi
 
-- name: Read NVML, pip-installing the pinned binding where it is missing (no pip where it imports)
+- name: Read NVML only (fails where the binding nvidia-ml-py does not import)
   gpusplit.k8s.nvidia_gpu_facts:
     backend: nvml
-    install_binding: true
-    binding_version: "13.615.71"
 
 - name: Show the UUIDs of the healthy GPUs
   ansible.builtin.debug:
@@ -290,13 +273,12 @@ ansible_facts:
 nvml_binding:
   description:
     - Whether the NVML Python binding C(pynvml) imports in the Python that runs the module (C(importable)),
-      that Python (C(python), its C(sys.executable)) and the import error (C(error), null when importable).
+      that Python (C(python), its C(sys.executable)), the import error (C(error), null when importable) and, where
+      it does not import, whether that Python has pip (C(pip), null otherwise).
     - Not asked for (C(importable) null) with O(backend=nvidia-smi).
-    - C(installed), the version of C(nvidia-ml-py) that O(install_binding) installed in this call (null when
-      pip did not install it); in check mode C(would_install), the requirement pip would have installed.
   returned: always
   type: dict
-  sample: {importable: false, python: /usr/bin/python3, error: "No module named 'pynvml'", installed: null}
+  sample: {importable: false, python: /usr/bin/python3, error: "No module named 'pynvml'", pip: true}
 pod_resources:
   description:
     - With O(pod_resources_socket), the kubelet's pod-resources answer, as M(gpusplit.k8s.gpu_pod_resources) returns
@@ -314,9 +296,7 @@ host_state:
   sample: {path: /etc/gpusplit/host-state.json, digest: 5f1d..., intact: true, differs: []}
 """
 
-# The work is module_utils/_gpu/facts.py's. The action plugin of the same name
-# (plugins/action/nvidia_gpu_facts.py) runs it on the host without this file; this main runs it where the
-# task is asynchronous.
+# The work is module_utils/_gpu/facts.py's.
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
@@ -326,7 +306,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.facts import ARG
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     with fail_on_refusal(module):
-        result = execute(module.params, check_mode=module.check_mode)
+        result = execute(module.params)
     for warning in result.pop("warnings"):
         module.warn(warning)
     module.exit_json(**result)

@@ -51,6 +51,11 @@ def _flag(value, name, host):
     raise HostShareError([f"{host}: {name}: expected true or false, got {type_name(value)} {value!r}"])
 
 
+# folders (under the host root) that gpusplit 0.1 kept on a host and that nothing uses now: its code cache. They are
+# part of every run's digest, so that the first run after an upgrade calls gpu_host_files, which removes them
+OBSOLETE_DIRS = ("var/cache/gpusplit",)
+
+
 def _digest(value):
     return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()
 
@@ -70,7 +75,7 @@ def host_run(
     """What gpu_host does on the host of ``plan`` (a node plan): ``share`` (host_share), ``harden``,
     ``split_plugin``, ``plugin_hardening``, ``toolkit_config``, ``toolkit_left_alone`` (why not hardened, or
     ''), ``backup``, ``systemd_reload``, ``toolkit_settings``, ``refusal`` (the hardening that would blind the
-    split plugin, or ''), ``digest`` (of all of it: what the module gpu_host_files is called with) and
+    split plugin, or ''), ``obsolete_dirs`` (folders an earlier version left, to remove), ``digest`` (of all of it: what the module gpu_host_files is called with) and
     ``unchanged`` (the record read back by ``discovery``, this run's discovery result, holds the digest and
     its files are intact: the host side can be skipped)."""
     share = host_share(plan, services, root)
@@ -116,6 +121,7 @@ def host_run(
         "systemd_reload": _flag(systemd_reload, "gpusplit_systemd_reload", host) and share["root"] == "/",
         "toolkit_settings": dict(toolkit_settings or {}),
         "refusal": refusal,
+        "obsolete_dirs": [posixpath.join(share["root"], folder) for folder in OBSOLETE_DIRS],
     }
     run["digest"] = _digest(run)
     run["unchanged"] = unchanged(run, discovery)

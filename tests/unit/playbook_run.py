@@ -1,5 +1,5 @@
-"""Run a few tasks with ansible-playbook on this machine (the local connection), as a test of an action plugin
-does: each task's registered result comes back, with the run's output and its remote temporary folder."""
+"""Run a few tasks with ansible-playbook on this machine (the local connection): each task's registered result
+comes back, with the run's output and its remote temporary folder."""
 
 from __future__ import annotations
 
@@ -12,12 +12,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 
-# the three ways the lean runner's program reaches the host (plugin_utils/lean_module.py, LeanModuleAction._pipes),
-# as environments of run_play: stdin with pipelining on; stdin with it off where the task becomes no one; a file in
-# the remote temporary folder with it off and become (sudo, this machine's user to itself)
+# the ways ansible-core sends a module to a host, as environments of run_play: on stdin with pipelining on; as a
+# file in the remote temporary folder with it off; and so with become (sudo, this machine's user to itself)
 ROUTES = {
-    "stdin-pipelining": {"ANSIBLE_PIPELINING": "1"},
-    "stdin-without-become": {"ANSIBLE_PIPELINING": "0"},
+    "pipelining": {"ANSIBLE_PIPELINING": "1"},
+    "file": {"ANSIBLE_PIPELINING": "0"},
     "file-with-become": {"ANSIBLE_PIPELINING": "0", "ANSIBLE_BECOME": "1", "ANSIBLE_BECOME_METHOD": "sudo"},
 }
 

@@ -25,7 +25,6 @@ ALLOWED = {
         MU + "_errors",
         MU + "_host/pod_resources",
         MU + "_host/host_state",
-        MU + "_host/lean_host",
     },
     MU + "_host": {MU + "_errors"},
     MU + "_split": {MU + "_errors", MU + "_gpu", MU + "_k8s"},
@@ -33,14 +32,12 @@ ALLOWED = {
     MU + "_control_plane": {MU + "_errors", MU + "_k8s", MU + "_host/files"},
     MU + "_diagnose": {MU + "_errors", MU + "_k8s"},
     MU + "_out": {MU + "_errors"},
-    # the lean runner's program: the standard library at import, the error root when it runs
-    MU + "_lean": {MU + "_errors"},
 }
 MODULE_UTILS_PARTS = set(ALLOWED)
 ALLOWED["plugin_utils"] = MODULE_UTILS_PARTS
 ALLOWED["modules"] = MODULE_UTILS_PARTS
-# an action plugin does a module's work on the controller, with the same module_utils function, or runs it on
-# the host through plugin_utils/lean_module.py
+# an action plugin does a module's work on the controller with the same module_utils function, or prepares the
+# module's arguments there before ansible-core runs the module
 ALLOWED["action"] = MODULE_UTILS_PARTS | {"plugin_utils"}
 ALLOWED["filter"] = MODULE_UTILS_PARTS | {"plugin_utils"}
 ALLOWED["doc_fragments"] = set()
@@ -144,9 +141,8 @@ def module_file(name: str) -> Path | None:
 
 
 def reached_from_modules() -> set[Path]:
-    """Every file the modules import, directly or through other files, and the lean runner's program
-    (module_utils/_lean/bootstrap.py), which plugin_utils/lean_module.py sends to hosts in place of AnsiballZ."""
-    todo = sorted((PLUGINS / "modules").glob("*.py")) + [PLUGINS / "module_utils" / "_lean" / "bootstrap.py"]
+    """Every file the modules import, directly or through other files."""
+    todo = sorted((PLUGINS / "modules").glob("*.py"))
     reached = set()
     while todo:
         path = todo.pop()

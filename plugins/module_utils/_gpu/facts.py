@@ -2,22 +2,21 @@
 # Apache-2.0
 """What nvidia_gpu_facts does on a host, as plain functions. Private to the collection.
 
-``execute(params, check_mode)`` is the whole module: the GPUs (NVML, or nvidia-smi), who holds them
-(the kubelet's pod-resources answer), the record gpu_host_files left, the binding's install where asked
-for. It returns the module's result with its ``warnings``; a refusal raises a GpusplitError. Two callers
-run it on the host: the module's ``main`` (AnsibleModule, when the task runs asynchronously) and the lean
-runner of the action plugin of the same name (module_utils/_lean/bootstrap.py), which does not load
-ansible-core's module_utils. Standard library only: managed hosts run Python 3.8 to 3.13.
+``execute(params)`` is the whole module: the GPUs (NVML, or nvidia-smi), who holds them (the kubelet's
+pod-resources answer) and the record gpu_host_files left. It reads and never writes: the module changes
+nothing on the host. It returns the module's result with its ``warnings``; a refusal raises a
+GpusplitError. Standard library only: managed hosts run the Pythons their ansible-core supports.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import shutil
 import sys
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import binding as gpu_binding
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import deadline
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import nvml as gpu_nvml
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.processes import annotate_processes
@@ -28,10 +27,6 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import (
     GpuFactsError,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import read_state
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.lean_host import (
-    find_executable,
-    is_executable,
-)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.pod_resources import (
     DEFAULT_TIMEOUT as POD_RESOURCES_TIMEOUT,
 )
@@ -49,40 +44,33 @@ ARGUMENT_SPEC = {
     "pod_resources": {"type": "bool", "default": True},
     "pod_resources_timeout": {"type": "float", "default": POD_RESOURCES_TIMEOUT},
     "host_state_path": {"type": "path"},
-    "install_binding": {"type": "bool", "default": False},
-    "binding_version": {"type": "str", "default": gpu_binding.DEFAULT_VERSION},
-    "break_system_packages": {"type": "bool", "default": False},
+    "binding_missing": {"type": "str", "default": "fail", "choices": ["fail", "return"]},
 }
+
+# where ansible-core's get_bin_path also looks for a program, after PATH
+SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
 
 
 class HostIO:
     """Everything the module reads from the host, in one place so that tests can replace it."""
 
-    def __init__(self, timeout=deadline.DEFAULT_TIMEOUT, check_mode=False):
+    def __init__(self, timeout=deadline.DEFAULT_TIMEOUT):
         self.timeout = timeout
-        self.check_mode = check_mode
 
     def import_nvml(self):
         return importlib.import_module("pynvml")
 
     def which(self, name):
-        return find_executable(name)
+        """The first ``name`` on PATH, then in the sbin folders (as AnsibleModule's get_bin_path); None."""
+        folders = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
+        return shutil.which(name, path=os.pathsep.join(folders + [d for d in SBIN_DIRS if d not in folders]))
 
     def is_executable(self, path):
-        return is_executable(path)
+        return os.path.isfile(path) and os.access(path, os.X_OK)
 
     def run(self, argv):
         """(rc, stdout, stderr) of ``argv``; GpuTimeout when it takes longer than ``timeout``."""
         return deadline.run_command(argv, self.timeout, env=dict(os.environ, LC_ALL="C"))
-
-    def install_binding(self, version, break_system_packages):
-        """pip-install the NVML binding into this Python; True when pip installed it."""
-        return gpu_binding.install(
-            deadline.run_command,
-            sys.executable,
-            version,
-            break_system_packages,
-        )
 
     def read_text(self, path):
         try:
@@ -145,37 +133,6 @@ def _collect_nvml(nvml, timeout):
     )
 
 
-def _import_binding(params, io, binding):
-    """``import pynvml``; where it fails and ``install_binding`` asks for it, pip-install the binding into
-    this Python first and import it again. Records in ``binding`` what was installed (``installed``, the
-    version) or, in check mode, what would be (``would_install``). Raises ImportError when the binding is
-    still missing (the caller falls back to nvidia-smi), GpuFactsError when pip fails."""
-    try:
-        return io.import_nvml()
-    except ImportError as exc:
-        if not params.get("install_binding"):
-            raise
-        version = params.get("binding_version") or gpu_binding.DEFAULT_VERSION
-        if getattr(io, "check_mode", False):
-            binding["would_install"] = f"{gpu_binding.PACKAGE}=={version}"
-            raise
-        missing = exc
-    # pip's "Successfully installed": the binding was missing and is there now; without it (pip had
-    # nothing to do) the import below still says whether it imports
-    if io.install_binding(version, params.get("break_system_packages", False)):
-        binding["installed"] = version
-    importlib.invalidate_caches()
-    try:
-        return io.import_nvml()
-    except ImportError as exc:
-        raise GpuFactsError(
-            f"gpusplit_install_nvml_binding: pip installed {gpu_binding.PACKAGE}=={version} into {sys.executable}, "
-            f"but the binding still does not import there ({exc}; before the install: {missing}). Check that "
-            "pip installs into that Python's site-packages (a user or target option in pip.conf may send it "
-            "elsewhere)."
-        ) from None
-
-
 def gather(params, io):
     """The module's work, with the host behind io. Returns the result; raises GpuFactsError to fail."""
     backend = params["backend"]
@@ -184,18 +141,28 @@ def gather(params, io):
     no_driver = []
     data = None
     used = None
-    binding = {"importable": None, "python": sys.executable, "error": None, "installed": None}
+    binding = {"importable": None, "python": sys.executable, "error": None, "pip": None}
 
     if backend in ("auto", "nvml"):
         try:
-            nvml = _import_binding(params, io, binding)
+            nvml = io.import_nvml()
         except ImportError as exc:
-            binding.update(importable=False, error=str(exc))
+            # whether this Python has pip, for the role that installs the binding (ansible.builtin.pip)
+            binding.update(importable=False, error=str(exc), pip=importlib.util.find_spec("pip") is not None)
             if backend == "nvml":
-                raise GpuFactsError(
+                needed = (
                     "backend=nvml needs the Python module pynvml (PyPI package nvidia-ml-py) in the Python "
                     f"that runs this module: {exc}"
-                ) from None
+                )
+                if params.get("binding_missing") == "return":  # the caller installs it and reads again
+                    return {
+                        "changed": False,
+                        "msg": needed,
+                        "ansible_facts": empty_facts(),
+                        "warnings": warnings,
+                        "nvml_binding": binding,
+                    }
+                raise GpuFactsError(needed) from None
             if params.get("fallback_warning", True):
                 warnings.append(
                     f"the NVML binding pynvml (nvidia-ml-py) is not importable ({exc}); using nvidia-smi instead"
@@ -285,20 +252,18 @@ def read_holders(params):
         return {"available": False, "socket": socket, "pods": [], "holders": [], "error": str(exc)}
 
 
-def execute(params, check_mode=False, diff=False):
-    """The module's whole work on this host: ``params`` are its options as its argument spec checked them
-    (``diff``: it changes no file, so it has no diff to give).
+def execute(params):
+    """The module's whole work on this host: ``params`` are its options as its argument spec checked them.
+    Reads only: the same in check mode.
 
-    Returns the result with ``changed`` and ``warnings`` (a list of texts); raises a GpusplitError
-    (GpuFactsError, a bad timeout) to refuse."""
+    Returns the result with ``changed`` (always false) and ``warnings`` (a list of texts); raises a
+    GpusplitError (GpuFactsError, a bad timeout) to refuse."""
     timeout = deadline.check_timeout(params["timeout"])
-    result = gather(params, HostIO(timeout, check_mode))
+    result = gather(params, HostIO(timeout))
     holders = read_holders(params)
     if holders is not None:
         result["pod_resources"] = holders
     if params.get("host_state_path"):
         result["host_state"] = read_state(params["host_state_path"])
-    binding = result.get("nvml_binding") or {}
-    # the only change the module makes: the NVML binding, where install_binding asked for it
-    result["changed"] = bool(binding.get("installed") or binding.get("would_install"))
+    result["changed"] = False
     return result

@@ -24,6 +24,7 @@ only: managed hosts run Python 3.8 to 3.13.
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
@@ -36,7 +37,6 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     write_atomic,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import find_managed_dropins
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.lean_host import LeanHost
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.systemd_reload import (
     find_systemctl,
     reload_systemd,
@@ -57,7 +57,7 @@ class HostFilesError(GpusplitError):
     """The input names no valid file, or a file on the host cannot be read or written."""
 
 
-# the options of gpu_host_files (its module and its action plugin check them with the same spec)
+# the options of gpu_host_files
 ARGUMENT_SPEC = {
     "toolkit_path": {"type": "path"},
     "toolkit_settings": {"type": "dict", "default": dict(HARDENING_SETTINGS)},
@@ -83,6 +83,7 @@ ARGUMENT_SPEC = {
     "state_path": {"type": "path"},
     "state_digest": {"type": "str"},
     "daemon_reload": {"type": "bool", "default": False},
+    "obsolete_dirs": {"type": "list", "elements": "path", "default": []},
 }
 SPEC_RULES = {
     "required_together": [
@@ -125,9 +126,16 @@ def check_input(params):
 
     ``params`` are the module's options: ``toolkit_path``, ``toolkit_settings``, ``toolkit_backup``,
     ``toolkit_refusal``, ``env_path``, ``env_content``, ``dropins`` (``unit``, ``path``, ``dir``,
-    ``content``), ``dropin_content``, ``dropin_dir``, ``dropin_name``, ``dropin_marker``.
+    ``content``), ``dropin_content``, ``dropin_dir``, ``dropin_name``, ``dropin_marker``, ``obsolete_dirs``.
     """
     errors = []
+    obsolete = params.get("obsolete_dirs") or []
+    if not isinstance(obsolete, (list, tuple)):
+        errors.append(f"obsolete_dirs must be a list of folders, got {type_name(obsolete)}")
+        obsolete = []
+    for i, folder in enumerate(obsolete):
+        if _abs_path(errors, f"obsolete_dirs[{i}]", folder) and os.path.normpath(folder) == "/":
+            errors.append(f"obsolete_dirs[{i}]: {folder!r} is the root folder")
     _pair(errors, params, "env_path", "env_content")
     if params.get("env_path") is not None:
         _abs_path(errors, "env_path", params["env_path"])
@@ -299,6 +307,17 @@ def plan_host_files(params):
                     "changed": True,
                 }
             )
+    for folder in params.get("obsolete_dirs") or []:
+        # a folder an earlier version of gpusplit kept on the host (not a link, not a file: those are not ours)
+        gone = not os.path.isdir(folder) or os.path.islink(folder)
+        entries.append(
+            {
+                "kind": "obsolete_dir",
+                "path": folder,
+                "action": "none" if gone else "remove",
+                "changed": not gone,
+            }
+        )
     return {"entries": entries, "toolkit": report}
 
 
@@ -321,6 +340,8 @@ def apply_entries(module, entries):
                 if entry["action"] == "create":
                     os.makedirs(path, mode=DIR_MODE, exist_ok=True)
                 os.chmod(path, DIR_MODE)
+            elif entry["kind"] == "obsolete_dir":
+                shutil.rmtree(path)
             elif entry["action"] == "remove":
                 os.unlink(path)
             elif entry["action"] == "mode":
@@ -349,7 +370,7 @@ def result_of(plan, with_diff):
         for key in ("unit", "backup_file", "changes"):
             if key in entry:
                 item[key] = entry[key]
-        if entry["kind"] != "directory" and entry["changed"]:
+        if entry["kind"] not in ("directory", "obsolete_dir") and entry["changed"]:
             before = entry["before"] or ""
             after = entry["after"] or ""
             absent = " (absent)"
@@ -398,12 +419,6 @@ def changed_units(entries):
     return pinned, released
 
 
-def is_labelled(entry):
-    """Whether writing ``entry`` gives a file the SELinux label AnsibleModule sets: a file created or replaced (a
-    mode, a removal and a folder made with ``os.makedirs`` are the same on both ways)."""
-    return entry["changed"] and entry["kind"] != "directory" and entry["action"] in ("create", "write")
-
-
 def host_files(module, params, check_mode=False, with_diff=False):
     """Plan, then (unless ``check_mode``) write; the module's result. Refusals raise HostFilesError.
 
@@ -418,8 +433,6 @@ def host_files(module, params, check_mode=False, with_diff=False):
         if units:
             find_systemctl(module, units, check_mode)
     if not check_mode:
-        if isinstance(module, LeanHost) and any(map(is_labelled, plan["entries"])):
-            module.ready_to_write()  # (RunTheModule where SELinux labels files: nothing is written yet)
         try:
             apply_entries(module, plan["entries"])
         except HostFilesError as exc:  # (the files before the one that failed are written: said)
@@ -444,27 +457,22 @@ def record_state(params):
     return host_state.record(params["state_path"], params["state_digest"], files, scan=scan)
 
 
-def execute(params, check_mode=False, diff=False, module=None):
-    """The whole work of gpu_host_files, for its module (``module``: the AnsibleModule) and for the lean runner
-    (``module`` None: :class:`LeanHost` stands in for it): check and write the files, record them
+def execute(params, module, check_mode=False, diff=False):
+    """The whole work of gpu_host_files (``module``: its AnsibleModule): check and write the files, record them
     (``state_path``; a failed record is a warning), run ``systemctl daemon-reload`` where asked.
 
-    Returns the module's result (the lean runner's with ``warnings``). Raises a GpusplitError to refuse:
-    before any write, or with ``result`` set where the files were written and the reload failed; raises
-    ``RunTheModule`` before any write where the lean runner cannot label the files (SELinux).
+    Returns the module's result. Raises a GpusplitError to refuse: before any write, or with ``result`` set
+    where the files were written and the reload failed.
     """
-    host = LeanHost() if module is None else module
-    result = host_files(host, params, check_mode=check_mode, with_diff=diff)
+    result = host_files(module, params, check_mode=check_mode, with_diff=diff)
     if params.get("state_path") and not check_mode:
         try:
             result["state"] = record_state(params)
         except host_state.HostStateError as exc:
-            host.warn(str(exc))
-    lean = {"warnings": host.warnings} if module is None and host.warnings else {}
+            module.warn(str(exc))
     try:  # after the files (and their record): a failure here reports what was written
-        reload_systemd(host, result, params["daemon_reload"], check_mode=check_mode)
+        reload_systemd(module, result, params["daemon_reload"], check_mode=check_mode)
     except GpusplitError as exc:
-        exc.result = dict(result, **lean)
+        exc.result = dict(result)
         raise
-    result.update(lean)
     return result

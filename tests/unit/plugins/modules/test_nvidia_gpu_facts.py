@@ -4,6 +4,7 @@ discover playbook with its role, the fake NVML binding and nvidia-smi reached th
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -228,9 +229,24 @@ def _pinned_binding_version():
     return pin.split("==", 1)[1]
 
 
+def _give_packaging(python):
+    """Put the library packaging into ``python``'s site-packages, as a host's Python has it (ansible.builtin.pip
+    needs packaging or setuptools there; a fresh virtual environment has neither)."""
+    import packaging
+
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    shutil.copytree(Path(packaging.__file__).parent, Path(purelib) / "packaging")
+
+
 def test_gpu_discovery_role_installs_the_binding(tmp_path):
     """gpusplit_install_nvml_binding: true pip-installs the pinned nvidia-ml-py (from the package index)
-    into the Python that runs the modules; a Python without pip stops the role with what to do."""
+    into the Python that runs the modules, with ansible.builtin.pip, then reads the GPUs again; a Python
+    without pip stops the role with what to do, before anything is installed."""
     version = _pinned_binding_version()
     defaults = yaml.safe_load((ROOT / "roles" / "gpu_discovery" / "defaults" / "main.yml").read_text())
     assert defaults["gpusplit_nvml_binding_version"] == version
@@ -240,6 +256,7 @@ def test_gpu_discovery_role_installs_the_binding(tmp_path):
             [sys.executable, "-m", "venv", *flags, str(venv)], capture_output=True, text=True, check=False
         )
         assert done.returncode == 0, done.stderr
+        _give_packaging(venv / "bin" / "python")
     python = with_pip / "bin" / "python"
     probe = [str(python), "-c", "import importlib.metadata as m, pynvml; print(m.version('nvidia-ml-py'))"]
     assert subprocess.run(probe, capture_output=True, check=False).returncode != 0  # not there yet
@@ -295,14 +312,18 @@ def test_gpu_discovery_role_installs_the_binding(tmp_path):
     rc, output = run(argv, env)
     assert rc != 0, output  # the host without pip fails
     assert re.search(r"with-pip\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", output), output
-    # one task per host: the module installs the binding and reads NVML in the same call
-    assert "Install the NVML" not in output
+    # the facts module changed nothing; ansible.builtin.pip did, on the host that has pip
     gather = output[output.index("TASK [gpusplit.k8s.gpu_discovery : Gather NVIDIA GPU facts]") :]
     gather = gather[: gather.index("TASK [", 10)]
-    assert "changed: [with-pip]" in gather and "fatal: [without-pip]" in gather, gather
+    assert "ok: [with-pip]" in gather and "ok: [without-pip]" in gather and "changed" not in gather, gather
+    install = output[
+        output.index("TASK [gpusplit.k8s.gpu_discovery : Install the NVML binding nvidia-ml-py") :
+    ]
+    install = install[: install.index("TASK [", 10)]
+    assert "changed: [with-pip]" in install and "without-pip" not in install, install
     assert re.search(r"without-pip\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", output), output
-    assert f"pip could not install nvidia-ml-py=={version}" in output
-    assert "No module named pip" in output and "Install pip for that Python" in output
+    assert f"{without_pip / 'bin' / 'python'} has no pip" in " ".join(output.split())
+    assert "Install pip for that Python" in " ".join(output.split())
 
     done = subprocess.run(probe, capture_output=True, text=True, check=False)
     assert done.returncode == 0 and done.stdout.strip() == version, done.stderr
@@ -329,6 +350,7 @@ def _venv_with_stand_in_pip(path):
     )
     assert done.returncode == 0, done.stderr
     python = path / "bin" / "python"
+    _give_packaging(python)
     purelib = subprocess.run(
         [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
         capture_output=True,
@@ -405,14 +427,16 @@ def test_gpu_discovery_fleet_pip_only_when_asked_and_missing_then_never_again(tm
     assert rc == 0, output
     for venv in venvs.values():
         (call,) = _pip_calls(venv)
-        assert call[:2] == ["install", "--disable-pip-version-check"] and call[3].startswith("nvidia-ml-py==")
+        assert call[0] == "install" and call[-1] == f"nvidia-ml-py=={_pinned_binding_version()}", call
     report = json.loads((out / "gpus.json").read_text())
     assert {report[name]["backend"] for name in venvs} == {"nvml"}
-    assert {report[name]["nvml_binding"]["installed"] for name in venvs} == {call[3].split("==", 1)[1]}
+    assert {report[name]["nvml_binding"]["importable"] for name in venvs} == {True}
     assert "not importable" not in output
-    gather = output[output.index("TASK [gpusplit.k8s.gpu_discovery : Gather NVIDIA GPU facts]") :]
-    gather = gather[: gather.index("TASK [", 10)]
-    assert "changed: [gpu-a]" in gather and "changed: [gpu-b]" in gather, gather
+    install = output[
+        output.index("TASK [gpusplit.k8s.gpu_discovery : Install the NVML binding nvidia-ml-py") :
+    ]
+    install = install[: install.index("TASK [", 10)]
+    assert "changed: [gpu-a]" in install and "changed: [gpu-b]" in install, install
 
     # 3. again: the binding imports everywhere, so no host runs pip
     rc, output = run(healthy, env)
@@ -421,8 +445,9 @@ def test_gpu_discovery_fleet_pip_only_when_asked_and_missing_then_never_again(tm
     gather = output[output.index("TASK [gpusplit.k8s.gpu_discovery : Gather NVIDIA GPU facts]") :]
     gather = gather[: gather.index("TASK [", 10)]
     assert "ok: [gpu-a]" in gather and "ok: [gpu-b]" in gather and "changed:" not in gather, gather
+    assert "Install the NVML binding nvidia-ml-py" not in output  # binding.yml is included on no host
     report = json.loads((out / "gpus.json").read_text())
-    assert {report[name]["nvml_binding"]["installed"] for name in venvs} == {None}
+    assert {report[name]["backend"] for name in venvs} == {"nvml"}
 
 
 def test_discover_checks_the_roles_variables_once_and_each_hosts_values_in_its_module(tmp_path):

@@ -54,6 +54,19 @@ def test_a_scratch_root_never_reloads_systemd_and_holds_every_path():
     assert run["systemd_reload"] is False
     assert run["toolkit_config"] == "/srv/lab/n1/opt/toolkit/config.toml"
     assert run["share"]["state_path"] == "/srv/lab/n1/etc/gpusplit/host-state.json"
+    assert run["obsolete_dirs"] == ["/srv/lab/n1/var/cache/gpusplit"]
+
+
+def test_the_obsolete_folders_are_part_of_the_digest(monkeypatch):
+    """A record left by a version that had no obsolete folder to remove does not match: the first run after an
+    upgrade calls gpu_host_files, which removes them."""
+    run = host_side.host_run(node())
+    assert run["obsolete_dirs"] == ["/var/cache/gpusplit"]
+    monkeypatch.setattr(host_side, "OBSOLETE_DIRS", ())
+    earlier = host_side.host_run(node())
+    assert earlier["obsolete_dirs"] == [] and earlier["digest"] != run["digest"]
+    monkeypatch.undo()
+    assert host_side.host_run(node(), discovery=record(earlier))["unchanged"] is False
 
 
 def test_the_digest_follows_every_input_and_nothing_else():

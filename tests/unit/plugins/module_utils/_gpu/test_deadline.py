@@ -158,7 +158,7 @@ def test_module_within_its_limit_reports_the_binding(monkeypatch, capsys):
         "importable": None,
         "python": sys.executable,
         "error": None,
-        "installed": None,
+        "pip": None,
     }
 
 

@@ -6,8 +6,6 @@ import os
 import stat
 
 import pytest
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.testing import patch_module_args
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
@@ -17,7 +15,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     read_text,
     write_atomic,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.lean_host import LeanHost
+from ansible_collections.gpusplit.k8s.tests.unit.host_module import ansible_module
 
 
 def test_is_inside_resolves_links_and_wants_a_whole_path_component(tmp_path):
@@ -40,15 +38,15 @@ def test_file_diff_heads_both_sides_with_the_path_unless_told():
 
 def test_write_atomic_gives_a_new_file_its_mode_and_keeps_an_old_ones(tmp_path):
     new = tmp_path / "new.yaml"
-    write_atomic(LeanHost(), str(new), "a: 1\n", new_file=True, mode=0o600)
+    write_atomic(ansible_module(), str(new), "a: 1\n", new_file=True, mode=0o600)
     assert new.read_text() == "a: 1\n" and stat.S_IMODE(new.stat().st_mode) == 0o600
     default = tmp_path / "default.yaml"
-    write_atomic(LeanHost(), str(default), "b\n", new_file=True)
+    write_atomic(ansible_module(), str(default), "b\n", new_file=True)
     assert stat.S_IMODE(default.stat().st_mode) == 0o644
     old = tmp_path / "old.yaml"
     old.write_text("x")
     old.chmod(0o640)
-    write_atomic(LeanHost(), str(old), "y", mode=0o600)  # not a new file: mode ignored
+    write_atomic(ansible_module(), str(old), "y", mode=0o600)  # not a new file: mode ignored
     assert old.read_text() == "y" and stat.S_IMODE(old.stat().st_mode) == 0o640
     assert sorted(p.name for p in tmp_path.iterdir()) == ["default.yaml", "new.yaml", "old.yaml"]
 
@@ -99,17 +97,11 @@ def test_the_control_plane_reads_with_the_same_reader():
     assert not hasattr(module_io, "read_file") and not hasattr(yaml_text, "read_utf8")
 
 
-def test_a_move_that_fails_is_an_oserror_with_the_systems_words_through_either_host(tmp_path):
+def test_a_move_that_fails_is_an_oserror_with_the_systems_words(tmp_path):
     # ansible-core's atomic_move raises a plain Exception where its workaround did not help; write_atomic says
-    # it as the lean host's rename does, so that a caller names the file instead of crashing
-    with patch_module_args({}):
-        module = AnsibleModule(argument_spec={})
-    reasons = []
-    for name, host in (("module", module), ("lean", LeanHost())):
-        folder = tmp_path / name
-        (folder / "dest").mkdir(parents=True)  # a folder cannot be replaced by a file
-        with pytest.raises(OSError) as caught:
-            write_atomic(host, str(folder / "dest"), "text\n")
-        reasons.append(os_reason(caught.value))
-        assert sorted(os.listdir(folder)) == ["dest"]  # no temporary file left
-    assert reasons == ["Is a directory", "Is a directory"]
+    # it as an OSError, so that a caller names the file instead of crashing
+    (tmp_path / "dest").mkdir()  # a folder cannot be replaced by a file
+    with pytest.raises(OSError) as caught:
+        write_atomic(ansible_module(), str(tmp_path / "dest"), "text\n")
+    assert os_reason(caught.value) == "Is a directory"
+    assert sorted(os.listdir(tmp_path)) == ["dest"]  # no temporary file left

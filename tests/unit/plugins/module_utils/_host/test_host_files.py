@@ -12,18 +12,17 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host import lean_host
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files import (
     HostFilesError,
     find_managed_dropins,
     host_files,
     plan_host_files,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.lean_host import LeanHost
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.systemd_reload import (
     SystemdReloadError,
     reload_systemd,
 )
+from ansible_collections.gpusplit.k8s.tests.unit.host_module import Host
 
 ROOT = Path(__file__).resolve().parents[5]
 TOOLKIT_FIXTURE = ROOT / "tests" / "fixtures" / "nvidia-container-toolkit" / "config.toml"
@@ -35,28 +34,6 @@ HARDENING = {
 }
 ENV = MARKER + "\nCUDA_VISIBLE_DEVICES=GPU-1\nNVIDIA_VISIBLE_DEVICES=GPU-1\n"
 DROPIN = MARKER + "\n[Service]\nEnvironment=CUDA_VISIBLE_DEVICES=GPU-1\n"
-
-
-class Host(LeanHost):
-    """The lean runner's stand-in for AnsibleModule (module_utils/_host/lean_host.py: atomic_move,
-    get_bin_path, run_command), recording the commands it runs; the tests put a systemctl stand-in on PATH."""
-
-    def __init__(self):
-        super().__init__()
-        self.commands = []
-
-    def run_command(self, args, handle_exceptions=False):
-        self.commands.append(list(args))
-        return super().run_command(args, handle_exceptions)
-
-
-@pytest.fixture(autouse=True)
-def plain_host(tmp_path, monkeypatch):
-    """A mount table without SELinux, and programs found in PATH only (not in this machine's sbin folders)."""
-    table = tmp_path / "mounts"
-    table.write_text("proc /proc proc rw 0 0\n")
-    monkeypatch.setattr(lean_host, "MOUNTS", str(table))
-    monkeypatch.setattr(lean_host, "SBIN_DIRS", ())
 
 
 def host_root(tmp_path, toolkit=True):
@@ -493,3 +470,39 @@ def test_a_write_that_fails_part_way_says_what_was_written(tmp_path):
     failed = message[len("cannot write ") : -len(": Permission denied")]
     assert not Path(failed).exists() and failed not in written
     assert result["daemon_reloaded"] is False
+
+
+def test_an_obsolete_folder_is_removed_once_and_what_is_not_a_folder_is_left(tmp_path):
+    """obsolete_dirs: a folder an earlier version left goes, with what it holds (check mode says so and keeps it);
+    a missing one, a file and a link of that name are left alone; the root folder is refused before anything."""
+    root = host_root(tmp_path, toolkit=False)
+    cache = root / "var" / "cache" / "gpusplit"
+    (cache / "codes").mkdir(parents=True)
+    (cache / "codes" / "x.pyc").write_bytes(b"\x00")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (root / "var" / "link").symlink_to(elsewhere)
+    (root / "var" / "file").write_text("not ours\n")
+    args = dict(
+        params(root, units=(), toolkit=False),
+        obsolete_dirs=[str(cache), str(root / "var" / "link"), str(root / "var" / "file"), str(root / "gone")],
+    )
+
+    checked = host_files(Host(), args, check_mode=True)
+    assert cache.is_dir() and checked["changed"] is True
+    kinds = [(f["path"], f["action"], f["changed"]) for f in checked["files"] if f["kind"] == "obsolete_dir"]
+    assert kinds == [
+        (str(cache), "remove", True),
+        (str(root / "var" / "link"), "none", False),
+        (str(root / "var" / "file"), "none", False),
+        (str(root / "gone"), "none", False),
+    ]
+    done = host_files(Host(), args, with_diff=True)
+    assert done["changed"] is True and not cache.exists()
+    assert elsewhere.is_dir() and (root / "var" / "link").is_symlink() and (root / "var" / "file").is_file()
+    assert host_files(Host(), args)["changed"] is False
+
+    with pytest.raises(HostFilesError, match=r"obsolete_dirs\[0\]: '/' is the root folder"):
+        host_files(Host(), dict(args, obsolete_dirs=["/"]))
+    with pytest.raises(HostFilesError, match=r"obsolete_dirs\[0\]: 'var/cache' is not an absolute path"):
+        host_files(Host(), dict(args, obsolete_dirs=["var/cache"]))
