@@ -79,10 +79,17 @@ SETTLE_SECONDS = 180
 CALLBACK = """
 import json
 import os
+import resource
 import time
 from collections import Counter
 
 from ansible.plugins.callback import CallbackBase
+
+
+# CPU seconds of this process (ansible-playbook's main process) and of its reaped children (its workers)
+def _cpu():
+    me, workers = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime, workers.ru_utime + workers.ru_stime
 
 CONTROLLER_ONLY = {
     "set_fact", "debug", "assert", "fail", "meta", "include_role", "include_tasks", "import_role",
@@ -103,18 +110,26 @@ class CallbackModule(CallbackBase):
         self.delegated = Counter()
         self.by_task = Counter()
         self.task_seconds = Counter()
+        # per task, CPU seconds of the main process and of the workers reaped while it ran (their children too)
+        self.task_main_cpu = Counter()
+        self.task_workers_cpu = Counter()
         self._task = None
         self._started = None
+        self._cpu_started = None
 
     def _close_task(self):
         if self._task is not None:
             self.task_seconds[self._task] += time.monotonic() - self._started
+            main, workers = _cpu()
+            self.task_main_cpu[self._task] += main - self._cpu_started[0]
+            self.task_workers_cpu[self._task] += workers - self._cpu_started[1]
         self._task = None
 
     def v2_playbook_on_task_start(self, task, is_conditional):
         self._close_task()
         self._task = task.get_name()
         self._started = time.monotonic()
+        self._cpu_started = _cpu()
 
     v2_playbook_on_handler_task_start = lambda self, task: self.v2_playbook_on_task_start(task, False)
 
@@ -149,6 +164,9 @@ class CallbackModule(CallbackBase):
             "delegated": dict(self.delegated),
             "by_task": dict(self.by_task),
             "task_seconds": dict(self.task_seconds),
+            "task_main_cpu": dict(self.task_main_cpu),
+            "task_workers_cpu": dict(self.task_workers_cpu),
+            "main_cpu_s": _cpu()[0],
             "stats": {h: stats.summarize(h) for h in hosts},
         }
         with open(os.environ["GPUSPLIT_BENCH_COUNT_FILE"], "w") as handle:
@@ -592,6 +610,16 @@ def tasks_per_host(run: dict, n: int) -> float:
     return sum(s.get(k, 0) for s in stats for k in keys) / max(n, 1)
 
 
+def task_cpu(run: dict, top: int = 12) -> dict:
+    """{task: [main process CPU s, workers' CPU s]} of a run's ``top`` tasks by their sum."""
+    main, workers = run.get("task_main_cpu", {}), run.get("task_workers_cpu", {})
+    both = {
+        name: [round(main.get(name, 0.0), 2), round(workers.get(name, 0.0), 2)]
+        for name in set(main) | set(workers)
+    }
+    return dict(sorted(both.items(), key=lambda kv: -sum(kv[1]))[:top])
+
+
 def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_vars: tuple = ()) -> list[dict]:
     from kubernetes import client
 
@@ -652,6 +680,13 @@ def bench(sizes: list[int], forks: int, workdir: Path, extra_env: dict, extra_va
             "slowest_tasks_rerun": dict(
                 sorted(again.get("task_seconds", {}).items(), key=lambda kv: -kv[1])[:12]
             ),
+            # the controller's main process (the strategy, each host's variables, the results, the callbacks); the
+            # rest of the controller's CPU is its workers (and the controller's own modules)
+            "main_cpu_s_first": round(first.get("main_cpu_s", 0.0), 1),
+            "main_cpu_s_rerun": round(again.get("main_cpu_s", 0.0), 1),
+            # per task of the re-run: CPU seconds of the main process and of the workers reaped meanwhile (with
+            # what they ran, the GPU hosts' commands included), the largest first
+            "task_cpu_rerun": task_cpu(again),
             "slowest_tasks_first": dict(
                 sorted(first.get("task_seconds", {}).items(), key=lambda kv: -kv[1])[:12]
             ),

@@ -354,3 +354,12 @@ def test_the_summary_gives_the_slopes_and_the_controllers_share_at_the_largest_f
         "the re-run's controller CPU is 33% of the first run's"
     )
     assert bench_fleet.summary(rows[:1])[0].startswith("50 hosts:")
+
+
+def test_a_runs_task_cpu_is_the_main_process_and_the_workers_largest_first():
+    run = {
+        "task_main_cpu": {"a": 0.5, "b": 2.0, "c": 0.1},
+        "task_workers_cpu": {"a": 3.0, "c": 0.2, "d": 0.01},
+    }
+    assert bench_fleet.task_cpu(run, top=3) == {"a": [0.5, 3.0], "b": [2.0, 0.0], "c": [0.1, 0.2]}
+    assert bench_fleet.task_cpu({}) == {}
