@@ -53,7 +53,8 @@ notes:
   - "The socket belongs to root: run the task with C(become: true)."
   - The kubelet serves C(v1) of this API since Kubernetes 1.20 (on by default); C(dynamic_resources) are filled
     by kubelets with DRA (1.31 and later have the shape read here).
-  - Runs on the host's Python 3.8 or later with the standard library only.
+  - Runs on every managed-host Python the controller's ansible-core supports (3.8 and later with 2.19, 3.9 and
+    later with 2.20 and 2.21) with the standard library only.
 seealso:
   - name: Kubernetes documentation, Monitor Device Plugin Resources
     description: The pod-resources API of the kubelet.

@@ -64,7 +64,8 @@ options:
     default: present
 notes:
   - Supports check mode and diff mode.
-  - Runs on the host's Python 3.8 or later with the standard library only; TOML is read by the collection's
+  - Runs on every managed-host Python the controller's ansible-core supports (3.8 and later with 2.19, 3.9 and
+    later with 2.20 and 2.21) with the standard library only; TOML is read by the collection's
     own TOML 1.0 reader (C(tomllib) is only in Python 3.11 and later). See docs/hardening.md.
   - The toolkit reads the file for every container it starts; no service needs a restart.
   - Under the GPU Operator the toolkit container keeps its own copy of the file; set the same keys through the
