@@ -16,17 +16,20 @@ modules under 3.8, 2.20 and later refuse anything below 3.9), so this runner rea
    (``$GPUSPLIT_PYENVS_DIR`` to move it; rebuilt when its Python or its pins change) with only
    pytest, PyYAML and nvidia-ml-py at the project's pins, and, on the Pythons the leg runs a
    controller on (its ``controller_python``), the leg's ansible-core too;
-4. runs the unit tests of the managed-host modules in it (TEST_PATHS). Below the leg's controller
-   Pythons, ``ansible.module_utils`` comes from the leg's ansible-core (unpacked once per leg, its
-   ``module_utils`` only), exactly as AnsiballZ ships it to a host, and the test files that import
-   controller-only code (``ansible.*`` other than ``ansible.module_utils``, the collection's filters
-   or plugin_utils, the lab) are left out there, each named with the reason.
+4. runs the unit tests of the managed-host modules in it (TEST_PATHS), except under the Python the
+   leg's own test run uses (the default leg's pytest in .venv, another leg's unit tests in
+   .venv-<leg>, tools/legs.py), which runs those files already (``--all`` runs them here too).
+   Below the leg's controller Pythons, ``ansible.module_utils`` comes from the leg's ansible-core
+   (unpacked once per leg, its ``module_utils`` only), exactly as AnsiballZ ships it to a host, and
+   the test files that import controller-only code (``ansible.*`` other than
+   ``ansible.module_utils``, the collection's filters or plugin_utils, the lab) are left out there,
+   each named with the reason.
 
 Exit status 0 only when every leg passed under every Python it names (in CI, a missing Python is a
 failure); one whose environment cannot be built (no package index) is a failure. Standard library
 only (Python 3.11+: tomllib); runs under the project's virtual environment (``make test`` calls it).
 
-    python tools/multi_python_tests.py [--legs core2.19] [--pythons 3.9,3.10] [--list] [-- <pytest args>]
+    python tools/multi_python_tests.py [--legs core2.19] [--pythons 3.9,3.10] [--all] [--list] [-- <pytest args>]
 """
 
 from __future__ import annotations
@@ -215,6 +218,7 @@ def load(root=ROOT):
                 "core": leg_pins["ansible-core"],
                 "hosts": tuple(sorted(_minor_of(v) for v in leg["host_python"])),
                 "controller_min": min(_minor_of(v) for v in leg["controller_python"]),
+                "controller_python": tuple(_minor_of(v) for v in leg["controller_python"]),
                 "pins": leg_pins,
                 "default": bool(leg.get("default")),
             }
@@ -235,6 +239,24 @@ def host_minors(core_version=None, root=ROOT):
         if leg["core"] == f"ansible-core=={core_version}":
             return leg["hosts"]
     raise LookupError(f"ansible-core {core_version} is no leg of pyproject.toml's support matrix")
+
+
+def leg_controller(leg, root=ROOT):
+    """The Python the leg's own test run uses (its venv's), as (3, X); None where that is unknown.
+
+    `make test` runs every test file of TEST_PATHS there already: the default leg's pytest under
+    the project's venv (the Python this runs under, when it runs from .venv), each other leg's unit
+    tests under .venv-<leg> (tools/legs.py: its stamp names the Python it was built with).
+    """
+    if leg["default"]:
+        if Path(sys.prefix).resolve() == (root / ".venv").resolve():
+            return tuple(sys.version_info[:2])
+        return None
+    try:
+        stamp = json.loads((root / f".venv-{leg['name']}" / ".gpusplit-leg.json").read_text())
+        return _minor_of(stamp["version"])
+    except (OSError, ValueError, KeyError):
+        return None
 
 
 # ---- environments ----------------------------------------------------------------------------
@@ -388,6 +410,11 @@ def main(argv=None):
     parser.add_argument("--legs", help="only these legs, e.g. core2.19,core2.21")
     parser.add_argument("--pythons", help="only these versions, e.g. 3.9,3.10")
     parser.add_argument("--list", action="store_true", help="say what would run, build and run nothing")
+    parser.add_argument(
+        "--all",
+        action="store_true",
+        help="also under the Python each leg's own test run uses (make test runs those files there already)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args(argv)
     legs, _pins = load()
@@ -431,11 +458,18 @@ def main(argv=None):
             f"\n== leg {leg['name']} ({leg['core']}): managed-host Pythons "
             f"{', '.join(f'{m[0]}.{m[1]}' for m in leg['hosts'])} =="
         )
+        own = None if args.all else leg_controller(leg)
         for minor in leg["hosts"]:
             if minor not in found:
                 continue
             executable, version = found[minor]
             label = f"{leg['name']} on Python {'.'.join(map(str, version))}"
+            if minor == own:
+                where = ".venv" if leg["default"] else f".venv-{leg['name']}"
+                print(
+                    f"-- {label}: run by the leg's own tests in {where} (make test), not again here (--all)"
+                )
+                continue
             files, left_out = split_tests(minor, leg["controller_min"])
             print(f"-- {label}")
             for path, why in sorted(left_out.items()):

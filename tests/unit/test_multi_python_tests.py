@@ -198,3 +198,17 @@ def test_host_module_utils_is_the_legs_own(tmp_path, monkeypatch):
     assert "_PY_MIN = (3, 8)" in basic
     assert (tmp_path / "core2.19" / "ansible-core" / ".gpusplit-core").read_text() == leg["core"]
     assert mpt.host_module_utils(leg) == lib  # reused
+
+
+def test_the_python_a_leg_runs_its_own_tests_under_is_not_run_twice(tmp_path):
+    legs, _ = mpt.load()
+    other = next(leg for leg in legs if not leg["default"])
+    assert mpt.leg_controller(other, tmp_path) is None  # no venv: every host Python runs here
+    venv = tmp_path / f".venv-{other['name']}"
+    venv.mkdir()
+    (venv / ".gpusplit-leg.json").write_text('{"python": "/x/python3.12", "version": "3.12.7"}')
+    assert mpt.leg_controller(other, tmp_path) == (3, 12)
+    default = next(leg for leg in legs if leg["default"])
+    assert mpt.leg_controller(default, tmp_path) is None  # not running from tmp_path/.venv
+    if Path(sys.prefix).resolve() == (ROOT / ".venv").resolve():
+        assert mpt.leg_controller(default) == tuple(sys.version_info[:2])
