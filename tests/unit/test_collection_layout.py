@@ -63,7 +63,16 @@ def test_sanity_import_passes_for_plugins(laid_out):
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
     env.pop("ANSIBLE_CONFIG", None)
     run = subprocess.run(
-        [str(BIN / "ansible-test"), "sanity", "--test", "import", "--python", "3.11", "--local", "plugins/"],
+        [
+            str(BIN / "ansible-test"),
+            "sanity",
+            "--test",
+            "import",
+            "--python",  # the venv's own (each leg of the support matrix runs this under its Python)
+            f"{sys.version_info[0]}.{sys.version_info[1]}",
+            "--local",
+            "plugins/",
+        ],
         cwd=laid_out,
         env=env,
         capture_output=True,
