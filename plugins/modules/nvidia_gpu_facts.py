@@ -306,7 +306,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.facts import ARG
 def main():
     module = AnsibleModule(argument_spec=ARGUMENT_SPEC, supports_check_mode=True)
     with fail_on_refusal(module):
-        result = execute(module.params)
+        result = execute(module.params, module)
     for warning in result.pop("warnings"):
         module.warn(warning)
     module.exit_json(**result)

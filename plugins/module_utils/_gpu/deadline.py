@@ -5,9 +5,9 @@
 A wedged GPU (fallen off the bus, a driver stuck in an ioctl) makes nvidia-smi and NVML calls hang,
 often in an uninterruptible sleep that no signal ends. So:
 
-* :func:`run_command` runs a command in its own session with a deadline; past it the command's
-  process group is killed and the run is abandoned (not waited for), and :class:`GpuTimeout` names
-  the command and the limit;
+* :func:`run_command` runs a command through AnsibleModule's ``run_command`` in a forked child of its
+  own session, with a deadline; past it the session's process group (the child and the command) is
+  killed and abandoned (not waited for), and :class:`GpuTimeout` names the command and the limit;
 * :func:`call_in_child` runs a function (the NVML collection) in a forked child process and takes
   its result back through a pipe; past the deadline the child is killed and abandoned. A thread
   would not do: a thread stuck in the kernel keeps the module's process from exiting, so Ansible
@@ -53,52 +53,28 @@ def check_timeout(value, name="timeout"):
     return float(value)
 
 
-def _kill_group(proc):
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except OSError:
+def run_command(module, argv, timeout, environ_update=None):
+    """Run ``argv`` with ``module.run_command`` (``module``: the AnsibleModule), stdin closed; ``(rc, stdout,
+    stderr)`` as text, GpuTimeout after ``timeout`` s, GpuFactsError where it cannot start."""
+
+    def run(progress):
+        progress(argv[0])
         try:
-            proc.kill()
-        except OSError:
-            pass
-
-
-def run_command(argv, timeout, env=None):
-    """Run ``argv`` (stdin closed); ``(rc, stdout, stderr)`` as text, or GpuTimeout after ``timeout`` s."""
-    import subprocess  # here: nvidia-smi needs it, NVML (every run) does not
+            return module.run_command(
+                list(argv),
+                environ_update=environ_update or {},
+                handle_exceptions=False,
+                errors="surrogate_then_replace",
+            )
+        except OSError as exc:
+            raise GpuFactsError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
 
     try:
-        proc = subprocess.Popen(
-            argv,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            start_new_session=True,
-        )
-    except OSError as exc:
-        raise GpuFactsError(f"cannot run {argv[0]}: {exc.strerror or exc}") from None
-    try:
-        stdout, stderr = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        _kill_group(proc)
-        try:
-            proc.wait(timeout=_REAP_WAIT)
-        except subprocess.TimeoutExpired:
-            pass  # stuck in the kernel: left behind, its pipes closed below
-        for stream in (proc.stdout, proc.stderr):
-            try:
-                stream.close()
-            except OSError:
-                pass
+        return call_in_child(run, timeout, " ".join(argv), session=True)
+    except GpuTimeout:
         raise GpuTimeout(
             f"{' '.join(argv)} did not finish within {timeout:g} s (timeout) and was killed; {_wedged_hint()}"
         ) from None
-    return (
-        proc.returncode,
-        stdout.decode("utf-8", errors="replace"),
-        stderr.decode("utf-8", errors="replace"),
-    )
 
 
 # ---- a function in a child process -----------------------------------------------------------
@@ -148,12 +124,14 @@ def _child(fn, write_fd):
     _send(write_fd, *payload)
 
 
-def call_in_child(fn, timeout, what):
+def call_in_child(fn, timeout, what, session=False):
     """``fn(progress)`` run in a forked child; its result (or its GpuFactsError) here.
 
     ``fn`` calls ``progress(name)`` before each step that may hang; after ``timeout`` seconds the
     child is killed and GpuTimeout names ``what``, the last step started and the limit. The result
     must pickle. An unexpected exception in the child becomes a GpuFactsError with its text.
+    ``session``: the child starts a session of its own, and past the deadline its whole process group
+    (what it started too) is killed.
     """
     if not hasattr(os, "fork"):  # pragma: no cover - managed hosts are POSIX
         return fn(lambda name: None)
@@ -162,6 +140,8 @@ def call_in_child(fn, timeout, what):
     if pid == 0:  # pragma: no cover - runs in the child (coverage does not follow forks)
         try:
             os.close(read_fd)
+            if session:
+                os.setsid()
             _child(fn, write_fd)
         finally:
             os._exit(0)
@@ -187,7 +167,7 @@ def call_in_child(fn, timeout, what):
     frames = list(_frames(bytes(data)))
     if not finished:
         try:
-            os.kill(pid, signal.SIGKILL)
+            os.killpg(pid, signal.SIGKILL) if session else os.kill(pid, signal.SIGKILL)
         except OSError:
             pass
         _reap(pid, _REAP_WAIT)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
-import shutil
 import sys
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
@@ -47,30 +46,27 @@ ARGUMENT_SPEC = {
     "binding_missing": {"type": "str", "default": "fail", "choices": ["fail", "return"]},
 }
 
-# where ansible-core's get_bin_path also looks for a program, after PATH
-SBIN_DIRS = ("/sbin", "/usr/sbin", "/usr/local/sbin")
-
 
 class HostIO:
     """Everything the module reads from the host, in one place so that tests can replace it."""
 
-    def __init__(self, timeout=deadline.DEFAULT_TIMEOUT):
+    def __init__(self, module, timeout=deadline.DEFAULT_TIMEOUT):
+        self.module = module
         self.timeout = timeout
 
     def import_nvml(self):
         return importlib.import_module("pynvml")
 
     def which(self, name):
-        """The first ``name`` on PATH, then in the sbin folders (as AnsibleModule's get_bin_path); None."""
-        folders = [d for d in os.environ.get("PATH", "").split(os.pathsep) if d]
-        return shutil.which(name, path=os.pathsep.join(folders + [d for d in SBIN_DIRS if d not in folders]))
+        """The first ``name`` on PATH, then in the sbin folders; None where there is none."""
+        return self.module.get_bin_path(name)
 
     def is_executable(self, path):
         return os.path.isfile(path) and os.access(path, os.X_OK)
 
     def run(self, argv):
         """(rc, stdout, stderr) of ``argv``; GpuTimeout when it takes longer than ``timeout``."""
-        return deadline.run_command(argv, self.timeout, env=dict(os.environ, LC_ALL="C"))
+        return deadline.run_command(self.module, argv, self.timeout, environ_update={"LC_ALL": "C"})
 
     def read_text(self, path):
         try:
@@ -252,14 +248,14 @@ def read_holders(params):
         return {"available": False, "socket": socket, "pods": [], "holders": [], "error": str(exc)}
 
 
-def execute(params):
-    """The module's whole work on this host: ``params`` are its options as its argument spec checked them.
-    Reads only: the same in check mode.
+def execute(params, module):
+    """The module's whole work on this host: ``params`` are its options as its argument spec checked them,
+    ``module`` the AnsibleModule (it runs nvidia-smi). Reads only: the same in check mode.
 
     Returns the result with ``changed`` (always false) and ``warnings`` (a list of texts); raises a
     GpusplitError (GpuFactsError, a bad timeout) to refuse."""
     timeout = deadline.check_timeout(params["timeout"])
-    result = gather(params, HostIO(timeout))
+    result = gather(params, HostIO(module, timeout))
     holders = read_holders(params)
     if holders is not None:
         result["pod_resources"] = holders

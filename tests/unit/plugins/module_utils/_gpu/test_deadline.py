@@ -8,6 +8,8 @@ with its real HostIO. Nothing here asserts how fast anything is; the limits are 
 
 import json
 import sys
+import time
+from pathlib import Path
 
 import pytest
 from ansible.module_utils.testing import patch_module_args
@@ -15,6 +17,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu import deadline, facts, smi
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import GpuFactsError
 from ansible_collections.gpusplit.k8s.plugins.modules import nvidia_gpu_facts as module
+from ansible_collections.gpusplit.k8s.tests.unit.host_module import ansible_module
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._gpu.gpu_fakes import (
     ENV,
     FAKE_SMI,
@@ -61,22 +64,38 @@ def run_main(args, monkeypatch, capsys, fake_nvml=None):
 
 
 def test_run_command_returns_what_the_command_printed():
-    rc, out, err = deadline.run_command([sys.executable, "-c", "import sys; print('x'); sys.exit(3)"], 60)
+    argv = [sys.executable, "-c", "import sys; print('x'); sys.exit(3)"]
+    rc, out, err = deadline.run_command(ansible_module(), argv, 60)
     assert (rc, out, err) == (3, "x\n", "")
 
 
-def test_run_command_kills_a_command_past_its_limit():
-    argv = [sys.executable, "-c", "import time; time.sleep(3600)"]
+def test_run_command_kills_a_command_past_its_limit(tmp_path):
+    pid_file = tmp_path / "pid"
+    argv = [
+        sys.executable,
+        "-c",
+        f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(3600)",
+    ]
     with pytest.raises(deadline.GpuTimeout) as caught:
-        deadline.run_command(argv, 0.5)
+        deadline.run_command(ansible_module(), argv, 2)
     assert str(caught.value).startswith(
-        f"{' '.join(argv)} did not finish within 0.5 s (timeout) and was killed; "
+        f"{' '.join(argv)} did not finish within 2 s (timeout) and was killed; "
     )
+    # the command itself is killed with the child that ran it (its own session's process group)
+    stat = Path(f"/proc/{int(pid_file.read_text())}/stat")
+    for _ in range(200):
+        if (
+            not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] == "Z"
+        ):  # gone, or dead unreaped
+            break
+        time.sleep(0.05)
+    else:
+        pytest.fail(f"the command ({stat.parent.name}) outlived its limit")
 
 
 def test_run_command_names_a_missing_binary(tmp_path):
     with pytest.raises(GpuFactsError, match=r"cannot run .*/nope: No such file or directory"):
-        deadline.run_command([str(tmp_path / "nope")], 5)
+        deadline.run_command(ansible_module(), [str(tmp_path / "nope")], 5)
 
 
 def test_call_in_child_returns_the_result_and_the_refusal():
