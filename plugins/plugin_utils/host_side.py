@@ -76,8 +76,9 @@ def host_run(
     ``split_plugin``, ``plugin_hardening``, ``toolkit_config``, ``toolkit_left_alone`` (why not hardened, or
     ''), ``backup``, ``systemd_reload``, ``toolkit_settings``, ``refusal`` (the hardening that would blind the
     split plugin, or ''), ``obsolete_dirs`` (folders an earlier version left, to remove), ``digest`` (of all
-    of it: what the module gpu_host_files is called with) and ``unchanged`` (the record read back by ``discovery``, this run's discovery result, holds the digest and
-    its files are intact: the host side can be skipped)."""
+    of it: what the module gpu_host_files is called with) and ``unchanged`` (the record read back by
+    ``discovery``, this run's discovery result, holds the digest and its files are intact: the host side
+    can be skipped)."""
     share = host_share(plan, services, root)
     host = share["host"]
     hardening = _flag(toolkit_hardening, "gpusplit_toolkit_hardening", host)
