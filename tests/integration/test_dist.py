@@ -144,7 +144,13 @@ def test_ansible_doc_renders_every_module_role_and_filter_of_the_install(install
             capture_output=True,
             text=True,
         )
-        assert docs.returncode == 0 and "WARNING" not in docs.stderr, docs.stderr[-3000:]
+        # (ansible-core 2.21's ansible-doc -t role warns about a collection of its own, which has no version)
+        warnings = [
+            line
+            for line in docs.stderr.splitlines()
+            if "WARNING" in line and "/ansible/_internal/ansible_collections/" not in line
+        ]
+        assert docs.returncode == 0 and warnings == [], docs.stderr[-3000:]
         rendered = json.loads(docs.stdout)
         assert sorted(n.split(".")[-1] for n in rendered) == names, kind
         for name, doc in rendered.items():
