@@ -229,18 +229,23 @@ def _pinned_binding_version():
     return pin.split("==", 1)[1]
 
 
+def _purelib(python):
+    """The site-packages folder of ``python``."""
+    done = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return Path(done.stdout.strip())
+
+
 def _give_packaging(python):
     """Put the library packaging into ``python``'s site-packages, as a host's Python has it (ansible.builtin.pip
     needs packaging or setuptools there; a fresh virtual environment has neither)."""
     import packaging
 
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    shutil.copytree(Path(packaging.__file__).parent, Path(purelib) / "packaging")
+    shutil.copytree(Path(packaging.__file__).parent, _purelib(python) / "packaging")
 
 
 def test_gpu_discovery_role_installs_the_binding(tmp_path):
@@ -351,13 +356,7 @@ def _venv_with_stand_in_pip(path):
     assert done.returncode == 0, done.stderr
     python = path / "bin" / "python"
     _give_packaging(python)
-    purelib = subprocess.run(
-        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    (Path(purelib) / "gpusplit-pip-standin.pth").write_text(f"{STAND_IN_PIP}\n")
+    (_purelib(python) / "gpusplit-pip-standin.pth").write_text(f"{STAND_IN_PIP}\n")
     return python
 
 
