@@ -87,7 +87,7 @@ integration: lab-build
 # printed after pytest's, and any of them failing fails the target.
 test: venv legs-venv lab-build lint
 	@rm -f $(VENV)/multi-python.rc $(VENV)/legs.rc; \
-	( $(BIN)/python tools/multi_python_tests.py > $(VENV)/multi-python.log 2>&1; echo $$? > $(VENV)/multi-python.rc ) & mp=$$!; \
+	( $(BIN)/python tools/multi_python_tests.py --edges > $(VENV)/multi-python.log 2>&1; echo $$? > $(VENV)/multi-python.rc ) & mp=$$!; \
 	( $(BIN)/python tools/legs.py test > $(VENV)/legs.log 2>&1; echo $$? > $(VENV)/legs.rc ) & legs=$$!; \
 	trap 'kill $$mp $$legs 2>/dev/null' EXIT INT TERM; \
 	echo "tools/multi_python_tests.py (pid $$mp) and tools/legs.py test (pid $$legs) run beside pytest; their output follows pytest's"; \
@@ -105,6 +105,7 @@ test: venv legs-venv lab-build lint
 # ansible-core, each in its venv with a lab of its own, one leg after the other; not part of make test
 test-matrix: venv legs-venv lab-build
 	$(BIN)/python tools/legs.py matrix
+	$(BIN)/python tools/multi_python_tests.py --all
 
 # the managed-host modules' unit tests per ansible-core leg, under the host Pythons it supports
 multi-python: venv

@@ -13,7 +13,8 @@ downloads.
     python tools/legs.py list                     # the legs, their venvs and Pythons
     python tools/legs.py test --parts lab core2.19   # one part of one leg (unit, pytest, sanity, lab)
 
-``test`` runs, per non-default leg, its unit tests (``pytest -m "not integration" tests/unit``) and
+``test`` runs, per non-default leg, its version-sensitive unit tests (the files that reach ansible-core:
+:func:`version_sensitive_tests`) and
 ``ansible-test sanity`` (tools/sanity.py, ``--python`` the leg's own), and on a leg with ``lab =
 true`` the lab tests of the split, verify and the SSH host on a lab of its own. ``matrix`` runs the
 whole pytest suite and sanity on every leg. Each leg's lab has its own directory
@@ -41,7 +42,23 @@ FIND_PYTHON = ROOT / "tools" / "find_python.sh"
 # the lab leg: the split end to end (site.yml, re-run, change, prune, verify.yml) and the SSH host
 # (a real sshd, become, the managed-host Pythons, verify.yml and diagnose.yml over SSH)
 LAB_TESTS = ("tests/integration/test_split_lab.py", "tests/integration/test_ssh_host.py")
-UNIT_ARGS = ("-m", "not integration", "tests/unit")
+UNIT_ARGS = ("-m", "not integration")
+# a unit test file is version-sensitive where it reaches ansible-core: it imports ansible, runs one of its
+# commands, runs a module, a filter or an action plugin, or molecule; the others test the collection's own logic,
+# which no ansible-core version changes (make test-matrix runs them on every leg too)
+VERSION_SENSITIVE = re.compile(
+    r"^\s*(?:from|import)\s+ansible(?:\.|\s|$)|ansible-(?:playbook|doc|galaxy|test|lint)\b|\bmolecule\b"
+    r"|module_run|playbook_run|host_module|plugins\.(?:modules|filter|action)\b|ansible_test|ansible\.module_utils",
+    re.M,
+)
+
+
+def version_sensitive_tests(root: Path = ROOT) -> list[str]:
+    """The unit test files (relative to ``root``) that a non-default leg runs in make test."""
+    files = sorted((root / "tests" / "unit").rglob("test_*.py"))
+    return [
+        str(f.relative_to(root)) for f in files if VERSION_SENSITIVE.search(f.read_text(encoding="utf-8"))
+    ]
 
 
 class LegError(RuntimeError):
@@ -242,7 +259,12 @@ def parts(leg: dict, python: Path, mode: str, workers: str) -> list[tuple[str, l
         suite = [*pytest, "--numprocesses", "auto", "--maxprocesses", "4", "--dist", "loadgroup", "tests"]
         out = [("pytest", suite, pytest_counts)]
     else:
-        unit = [*pytest, *(["--numprocesses", workers] if workers not in ("", "0") else []), *UNIT_ARGS]
+        unit = [
+            *pytest,
+            *(["--numprocesses", workers] if workers not in ("", "0") else []),
+            *UNIT_ARGS,
+            *version_sensitive_tests(),
+        ]
         out = [("unit", unit, pytest_counts)]
     out.append(("sanity", [py, str(ROOT / "tools" / "sanity.py")], sanity_counts))
     if mode == "test" and leg.get("lab"):

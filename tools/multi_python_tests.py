@@ -385,6 +385,15 @@ def _minor(text):
     return (3, int(match.group(1)))
 
 
+def edges(leg):
+    """``leg`` with only the bounds of its managed-host Pythons where it is not the default leg (its oldest and
+    newest): where a core's own module_utils meets the Pythons it supports, what differs from the default leg."""
+    if leg["default"] or len(leg["hosts"]) <= 2:
+        return leg
+    hosts = sorted(leg["hosts"])
+    return dict(leg, hosts=(hosts[0], hosts[-1]))
+
+
 def in_ci(environ=None):
     return (environ if environ is not None else os.environ).get("CI", "").lower() in ("1", "true", "yes")
 
@@ -415,6 +424,12 @@ def main(argv=None):
         action="store_true",
         help="also under the Python each leg's own test run uses (make test runs those files there already)",
     )
+    parser.add_argument(
+        "--edges",
+        action="store_true",
+        help="the default leg under every Python it names, each other leg under its oldest and newest only "
+        "(the version-sensitive part that make test runs; make multi-python and make test-matrix run all)",
+    )
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")
     args = parser.parse_args(argv)
     legs, _pins = load()
@@ -427,6 +442,8 @@ def main(argv=None):
     if args.pythons:
         only = {_minor(part) for part in args.pythons.split(",")}
         legs = [dict(leg, hosts=tuple(m for m in leg["hosts"] if m in only)) for leg in legs]
+    if args.edges:
+        legs = [edges(leg) for leg in legs]
     minors = tuple(sorted({m for leg in legs for m in leg["hosts"]}))
 
     found, skipped = discover(minors)

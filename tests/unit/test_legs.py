@@ -78,7 +78,8 @@ def test_what_each_leg_runs(tmp_path):
     names = [part for part, _argv, _counts in legs.parts(lab_leg, python, "test", "2")]
     assert names == ["unit", "sanity", "lab"]
     unit, sanity, lab = (argv for _part, argv, _counts in legs.parts(lab_leg, python, "test", "2"))
-    assert unit[0] == str(python) and unit[-3:] == ["-m", "not integration", "tests/unit"]
+    files = legs.version_sensitive_tests()
+    assert unit[0] == str(python) and unit[-len(files) - 2 :] == ["-m", "not integration", *files]
     assert ["--numprocesses", "2"] == unit[unit.index("--numprocesses") : unit.index("--numprocesses") + 2]
     # sanity runs under the leg's own Python, which tools/sanity.py passes on as --python
     assert sanity == [str(python), str(ROOT / "tools" / "sanity.py")]
@@ -89,6 +90,25 @@ def test_what_each_leg_runs(tmp_path):
     assert [part for part, *_ in whole] == ["pytest", "sanity"] and whole[0][1][-1] == "tests"
     for rel in legs.LAB_TESTS:
         assert (ROOT / rel).is_file(), rel
+
+
+def test_make_test_runs_the_unit_files_that_reach_ansible_core_on_the_other_legs(tmp_path):
+    files = legs.version_sensitive_tests()
+    # a module run, a playbook run, the check of private ansible-core API, a filter: each reaches ansible-core
+    for reached in (
+        "tests/unit/plugins/modules/test_nvidia_gpu_facts.py",
+        "tests/unit/plugins/modules/test_nvidia_gpu_facts_writes_nothing.py",
+        "tests/unit/test_public_api.py",
+        "tests/unit/plugins/module_utils/_gpu/test_deadline.py",
+    ):
+        assert reached in files, reached
+    # the planner's own logic: no ansible-core version changes it
+    assert "tests/unit/plugins/module_utils/_split/test_planner.py" not in files
+    unit = tmp_path / "tests" / "unit"
+    unit.mkdir(parents=True)
+    (unit / "test_plain.py").write_text("def test_x():\n    assert 1\n")
+    (unit / "test_core.py").write_text("from ansible.module_utils.basic import AnsibleModule\n")
+    assert legs.version_sensitive_tests(tmp_path) == ["tests/unit/test_core.py"]
 
 
 def test_counts_are_read_off_pytest_and_ansible_test():

@@ -485,7 +485,12 @@ def test_an_obsolete_folder_is_removed_once_and_what_is_not_a_folder_is_left(tmp
     (root / "var" / "file").write_text("not ours\n")
     args = dict(
         params(root, units=(), toolkit=False),
-        obsolete_dirs=[str(cache), str(root / "var" / "link"), str(root / "var" / "file"), str(root / "gone")],
+        obsolete_dirs=[
+            str(cache),
+            str(root / "var" / "link"),
+            str(root / "var" / "file"),
+            str(root / "gone"),
+        ],
     )
 
     checked = host_files(Host(), args, check_mode=True)
