@@ -5,20 +5,14 @@ After a change to a refusal message: python tools/gen_errors_doc.py
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
+
+from ansible_collections.gpusplit.k8s.tests.unit.tool_module import load_tool
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def generator():
-    spec = importlib.util.spec_from_file_location("gen_errors_doc", ROOT / "tools" / "gen_errors_doc.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-GEN = generator()
+GEN = load_tool("gen_errors_doc")
 
 
 def test_docs_errors_md_is_generated_from_the_code():

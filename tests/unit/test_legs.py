@@ -2,24 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
 
 import pytest
 
+from ansible_collections.gpusplit.k8s.tests.unit.tool_module import load_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _load():
-    spec = importlib.util.spec_from_file_location("gpusplit_legs", ROOT / "tools" / "legs.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-legs = _load()
+legs = load_tool("legs")
 DATA = legs.load()
 OLD = {
     "name": "old",

@@ -4,7 +4,6 @@ plugins/module_utils and plugins/modules with every Python 3.8-3.13 on this mach
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
@@ -12,18 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from ansible_collections.gpusplit.k8s.tests.unit.tool_module import load_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 TOOL = ROOT / "tools" / "multi_python_tests.py"
 
 
-def load_tool():
-    spec = importlib.util.spec_from_file_location("gpusplit_multi_python_tests", TOOL)
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
-
-
-mpt = load_tool()
+mpt = load_tool("multi_python_tests")
 
 
 def fake_python(path: Path, script: str) -> Path:

@@ -11,21 +11,19 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
 import sys
 from pathlib import Path
 
 import yaml
 
+from ansible_collections.gpusplit.k8s.tests.unit.tool_module import load_tool
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"gpusplit_{name}", ROOT / "tools" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_tool(name)
 
 
 matrix = _load("support_matrix")

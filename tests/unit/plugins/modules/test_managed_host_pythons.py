@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.gpusplit.k8s.tests.unit.tool_module import load_tool
+
 ROOT = Path(__file__).resolve().parents[4]
 BIN = Path(sys.executable).parent
 FAKES = ROOT / "tests" / "fakes"
@@ -24,10 +26,7 @@ GPU_FIXTURE = ROOT / "tests" / "fixtures" / "gpus" / "dgx-h100.json"
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("gpusplit_mpt", ROOT / "tools" / "multi_python_tests.py")
-    tool = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(tool)
-    return tool
+    return load_tool("multi_python_tests")
 
 
 # the older managed-host Pythons that this venv's ansible-core supports on targets (its leg's host_python

@@ -3,7 +3,6 @@ tools/gen_gate_catalog.py)."""
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 from pathlib import Path
@@ -42,6 +41,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates 
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._control_plane.cp_testdata import (
     ROOT,
 )
+from ansible_collections.gpusplit.k8s.tests.unit.tool_module import load_tool
 
 # ---------------------------------------------------------------------------------------------
 # catalog shape
@@ -161,14 +161,7 @@ def test_supported_minor_refuses_garbage_as_a_catalog_error(bad):
 # download` (the CI machine reaches the Go module proxy) and fails if that does not work.
 
 
-def _load_generator():
-    spec = importlib.util.spec_from_file_location("gen_gate_catalog", ROOT / "tools" / "gen_gate_catalog.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-gen = _load_generator()
+gen = load_tool("gen_gate_catalog")
 
 
 def _ci() -> bool:
