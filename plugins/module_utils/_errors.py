@@ -65,15 +65,9 @@ def fail_on_refusal(module, title="", **result):
     try:
         yield
     except GpusplitError as exc:
-        module.fail_json(**refusal_answer(exc, title, **result))
-
-
-def refusal_answer(exc, title="", **known):
-    """The keys of a failed answer for refusal ``exc``: what the caller knows (``known``), updated with what the
-    refusal says was already done (``exc.result``), then ``msg`` (:func:`refusal_text`) and ``errors``."""
-    answer = dict(known, **(exc.result or {}))
-    answer.update(msg=refusal_text(title, exc), errors=list(exc.errors))
-    return answer
+        answer = dict(result, **(exc.result or {}))
+        answer.update(msg=refusal_text(title, exc), errors=list(exc.errors))
+        module.fail_json(**answer)
 
 
 def type_name(value):
