@@ -107,14 +107,17 @@ options:
     type: path
   binding_missing:
     description:
-      - With O(backend=nvml), what a host whose NVML binding does not import gets.
-      - V(fail) fails the host, naming the import error.
-      - V(return) returns no GPUs, the reason in C(msg) and C(importable=false) in RV(nvml_binding), for a caller
-        that installs the binding and reads again (the role C(gpusplit.k8s.gpu_discovery) with
-        C(gpusplit_install_nvml_binding)). A host whose facts are used must not stop at this reading.
+      - What a host whose NVML binding does not import gets, with O(backend=auto) or O(backend=nvml).
+      - Unset, the backend decides. V(nvml) fails the host, naming the import error; V(auto) reads with
+        C(nvidia-smi).
+      - V(fail) fails the host with either backend; the failed result still holds RV(nvml_binding)
+        (C(importable=false), C(pip)), for a caller that installs the binding and reads again (the role
+        C(gpusplit.k8s.gpu_discovery) with C(gpusplit_install_nvml_binding), in a C(rescue) that only such a
+        host reaches).
+      - V(return) returns no GPUs, the reason in C(msg) and C(importable=false) in RV(nvml_binding). A host whose
+        facts are used must not stop at such a reading.
     type: str
     choices: [fail, return]
-    default: fail
 notes:
   - Supports C(check_mode), and changes nothing either way.
   - GPU indices are not stable across reboots; use C(uuid) or C(pci_bus_id) to name a GPU.

@@ -43,7 +43,7 @@ ARGUMENT_SPEC = {
     "pod_resources": {"type": "bool", "default": True},
     "pod_resources_timeout": {"type": "float", "default": POD_RESOURCES_TIMEOUT},
     "host_state_path": {"type": "path"},
-    "binding_missing": {"type": "str", "default": "fail", "choices": ["fail", "return"]},
+    "binding_missing": {"type": "str", "choices": ["fail", "return"]},
 }
 
 
@@ -145,20 +145,23 @@ def gather(params, io):
         except ImportError as exc:
             # whether this Python has pip, for the role that installs the binding (ansible.builtin.pip)
             binding.update(importable=False, error=str(exc), pip=importlib.util.find_spec("pip") is not None)
-            if backend == "nvml":
-                needed = (
-                    "backend=nvml needs the Python module pynvml (PyPI package nvidia-ml-py) in the Python "
-                    f"that runs this module: {exc}"
-                )
-                if params.get("binding_missing") == "return":  # the caller installs it and reads again
-                    return {
-                        "changed": False,
-                        "msg": needed,
-                        "ansible_facts": empty_facts(),
-                        "warnings": warnings,
-                        "nvml_binding": binding,
-                    }
-                raise GpuFactsError(needed) from None
+            needed = (
+                f"backend={backend} needs the Python module pynvml (PyPI package nvidia-ml-py) in the Python "
+                f"that runs this module: {exc}"
+            )
+            missing = params.get("binding_missing") or ("fail" if backend == "nvml" else None)
+            if missing == "return":  # the caller installs it and reads again
+                return {
+                    "changed": False,
+                    "msg": needed,
+                    "ansible_facts": empty_facts(),
+                    "warnings": warnings,
+                    "nvml_binding": binding,
+                }
+            if missing == "fail":  # the caller may install it (a rescue) and read again
+                error = GpuFactsError(needed)
+                error.result = {"nvml_binding": binding}
+                raise error from None
             if params.get("fallback_warning", True):
                 warnings.append(
                     f"the NVML binding pynvml (nvidia-ml-py) is not importable ({exc}); using nvidia-smi instead"

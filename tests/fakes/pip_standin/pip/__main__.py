@@ -4,8 +4,9 @@ Put tests/fakes/pip_standin on the sys.path of a Python (a ``.pth`` file in a vi
 ``--without-pip``), and ``<that python> -m pip ...`` appends its arguments as one JSON line to
 ``<sys.prefix>/pip-calls.log`` and, for ``install nvidia-ml-py==...``, "installs" the fake NVML binding
 (tests/fakes/pynvml.py, which reads GPUSPLIT_FAKE_NVML_FIXTURE) into that Python's site-packages and
-prints pip's "Successfully installed" line. Nothing is downloaded. Anything else exits 2, like pip
-with an unknown command.
+prints pip's "Successfully installed" line. ``freeze`` (what ansible.builtin.pip runs in check mode) lists
+the installed packages, that binding where it was "installed". Nothing is downloaded. Anything else exits 2,
+like pip with an unknown command.
 """
 
 import json
@@ -21,6 +22,10 @@ FAKE_BINDING = os.path.join(FAKES, "pynvml.py")
 def main(argv):
     with open(os.path.join(sys.prefix, "pip-calls.log"), "a", encoding="utf-8") as log:
         log.write(json.dumps(argv) + "\n")
+    if argv[:1] == ["freeze"]:
+        installed = os.path.exists(os.path.join(sysconfig.get_paths()["purelib"], "pynvml.py"))
+        sys.stdout.write("nvidia-ml-py==0\n" if installed else "")
+        return 0
     wanted = [arg for arg in argv[1:] if not arg.startswith("-")]
     if not argv or argv[0] != "install" or len(wanted) != 1 or not wanted[0].startswith("nvidia-ml-py=="):
         sys.stderr.write(f"ERROR: the pip stand-in only installs nvidia-ml-py==<version>, got {argv}\n")

@@ -316,11 +316,15 @@ def test_gpu_discovery_role_installs_the_binding(tmp_path):
     env = ansible_env(ANSIBLE_CALLBACK_RESULT_FORMAT="yaml", PATH=os.defpath, PYTHONPATH="")
     rc, output = run(argv, env)
     assert rc != 0, output  # the host without pip fails
-    assert re.search(r"with-pip\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0", output), output
-    # the facts module changed nothing; ansible.builtin.pip did, on the host that has pip
+    assert re.search(
+        r"with-pip\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0\s+skipped=\d+\s+rescued=1", output
+    ), output[-1500:]
+    # the facts module changed nothing: its first reading stops both hosts (the binding is missing), and the
+    # rescue installs it; ansible.builtin.pip changed the host that has pip
     gather = output[output.index("TASK [gpusplit.k8s.gpu_discovery : Gather NVIDIA GPU facts]") :]
     gather = gather[: gather.index("TASK [", 10)]
-    assert "ok: [with-pip]" in gather and "ok: [without-pip]" in gather and "changed" not in gather, gather
+    assert "fatal: [with-pip]" in gather and "fatal: [without-pip]" in gather and "changed: [" not in gather
+    assert "importable: false" in gather, gather
     install = output[
         output.index("TASK [gpusplit.k8s.gpu_discovery : Install the NVML binding nvidia-ml-py") :
     ]
@@ -393,6 +397,14 @@ def test_gpu_discovery_fleet_pip_only_when_asked_and_missing_then_never_again(tm
                         "gpu-a": host(pythons["gpu-a"], FIXTURES / "h200.json"),
                         "gpu-b": host(pythons["gpu-b"], FIXTURES / "dgx-h100.json"),
                         "gpu-wedged": host(sys.executable, wedged_fixture),
+                        # the binding imports here: the install costs this host no task
+                        "gpu-c": host(sys.executable, FIXTURES / "h200.json"),
+                        # a first reading that fails for another reason keeps its message
+                        "gpu-bad": {
+                            **host(sys.executable, FIXTURES / "h200.json"),
+                            "gpusplit_discovery_backend": "nvidia-smi",
+                            "gpusplit_discovery_nvidia_smi_path": str(tmp_path / "no-such-nvidia-smi"),
+                        },
                     }
                 }
             },
@@ -405,7 +417,7 @@ def test_gpu_discovery_fleet_pip_only_when_asked_and_missing_then_never_again(tm
     env = ansible_env(ANSIBLE_CALLBACK_RESULT_FORMAT="yaml", PYTHONPATH="")
 
     # 1. not asked to install: no pip, one fleet note, the wedged host fails on its own
-    rc, output = run(base, env)
+    rc, output = run([*base, "-e", "gpusplit_hosts=gpu-a:gpu-b:gpu-wedged"], env)
     assert rc != 0, output
     assert all(_pip_calls(venv) == [] for venv in venvs.values())
     note = "is not importable on 2 host(s), whose GPUs were read with nvidia-smi instead: gpu-a, gpu-b"
@@ -421,11 +433,19 @@ def test_gpu_discovery_fleet_pip_only_when_asked_and_missing_then_never_again(tm
     assert report["gpu-wedged"]["msg"] == "GPU discovery did not finish on this host"
 
     # 2. asked to install: pip once per host that lacks the binding, then NVML is read
-    healthy = [*base, "-e", "gpusplit_hosts=gpu-a:gpu-b", "-e", "gpusplit_install_nvml_binding=true"]
+    healthy = [*base, "-e", "gpusplit_hosts=gpu-a:gpu-b:gpu-c", "-e", "gpusplit_install_nvml_binding=true"]
+    # (in check mode first: nothing is installed, and the second reading goes through nvidia-smi)
+    rc, output = run([*healthy, "--check"], env)
+    assert rc == 0, output
+    assert not [call for venv in venvs.values() for call in _pip_calls(venv) if call[0] == "install"]
+    for name in ("gpu-a", "gpu-b"):
+        assert re.search(
+            rf"{name}\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0\s+skipped=\d+\s+rescued=1", output
+        )
     rc, output = run(healthy, env)
     assert rc == 0, output
     for venv in venvs.values():
-        (call,) = _pip_calls(venv)
+        (call,) = [call for call in _pip_calls(venv) if call[0] == "install"]
         assert call[0] == "install" and call[-1] == f"nvidia-ml-py=={_pinned_binding_version()}", call
     report = json.loads((out / "gpus.json").read_text())
     assert {report[name]["backend"] for name in venvs} == {"nvml"}
@@ -436,17 +456,47 @@ def test_gpu_discovery_fleet_pip_only_when_asked_and_missing_then_never_again(tm
     ]
     install = install[: install.index("TASK [", 10)]
     assert "changed: [gpu-a]" in install and "changed: [gpu-b]" in install, install
+    assert "gpu-c" not in install, install
+    # only the hosts without the binding reach the rescue; they end rescued, not failed
+    assert re.search(
+        r"gpu-c\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=0\s+skipped=0\s+rescued=0", output
+    ), output[-1500:]
+    for name in ("gpu-a", "gpu-b"):
+        assert re.search(
+            rf"{name}\s+: ok=\d+\s+changed=\d+\s+unreachable=0\s+failed=0\s+skipped=\d+\s+rescued=1", output
+        ), output[-1500:]
+    assert report["gpu-c"]["nvml_binding"]["importable"] is True
 
     # 3. again: the binding imports everywhere, so no host runs pip
     rc, output = run(healthy, env)
     assert rc == 0, output
-    assert all(len(_pip_calls(venv)) == 1 for venv in venvs.values())
+    assert all(
+        len([call for call in _pip_calls(venv) if call[0] == "install"]) == 1 for venv in venvs.values()
+    )
     gather = output[output.index("TASK [gpusplit.k8s.gpu_discovery : Gather NVIDIA GPU facts]") :]
     gather = gather[: gather.index("TASK [", 10)]
     assert "ok: [gpu-a]" in gather and "ok: [gpu-b]" in gather and "changed:" not in gather, gather
-    assert "Install the NVML binding nvidia-ml-py" not in output  # binding.yml is included on no host
+    assert "Install the NVML binding nvidia-ml-py" not in output  # no host reaches the rescue
+    assert "rescued=1" not in output and "skipping:" not in output, output
     report = json.loads((out / "gpus.json").read_text())
     assert {report[name]["backend"] for name in venvs} == {"nvml"}
+
+    # 4. with the variable, a reading that fails for another reason stops the host with its own message
+    rc, output = run([*base, "-e", "gpusplit_hosts=gpu-bad", "-e", "gpusplit_install_nvml_binding=true"], env)
+    assert rc != 0, output
+    flat = " ".join(output.split())
+    assert (
+        flat.count(f"nvidia_smi_path {tmp_path / 'no-such-nvidia-smi'} does not exist or is not executable")
+        >= 2
+    )
+    stop = output[
+        output.index("TASK [gpusplit.k8s.gpu_discovery : Stop where the reading failed for another reason") :
+    ]
+    assert "fatal: [gpu-bad]" in stop and "does not exist or is not executable" in " ".join(stop.split()), (
+        stop
+    )
+    assert "Install the NVML binding nvidia-ml-py" not in output
+    assert re.search(r"gpu-bad\s+: ok=\d+\s+changed=0\s+unreachable=0\s+failed=1", output), output
 
 
 def test_discover_checks_the_roles_variables_once_and_each_hosts_values_in_its_module(tmp_path):

@@ -191,6 +191,41 @@ def test_fallback_warning_can_be_left_to_the_fleet_summary(monkeypatch):
     assert any("not importable" in warning for warning in result["warnings"])
 
 
+@pytest.mark.parametrize("backend", ["auto", "nvml"])
+def test_binding_missing_fail_stops_either_backend_and_keeps_the_binding_report(backend, monkeypatch):
+    """binding_missing=fail: the rescue of the role gpu_discovery tells this failure from others by the
+    failed result's nvml_binding (importable false, pip)."""
+    with pytest.raises(GpuFactsError) as caught:
+        gather("h200.json", backend, monkeypatch, nvml=None, binding_missing="fail")
+    assert f"backend={backend} needs the Python module pynvml" in str(caught.value)
+    binding = caught.value.result["nvml_binding"]
+    assert binding["importable"] is False and "pynvml" in binding["error"]
+    assert binding["pip"] in (True, False)
+
+
+@pytest.mark.parametrize("backend", ["auto", "nvml"])
+def test_binding_missing_return_gives_no_gpus_and_the_reason(backend, monkeypatch):
+    result, _ = gather("h200.json", backend, monkeypatch, nvml=None, binding_missing="return")
+    assert result["ansible_facts"]["nvidia_gpus"] == []
+    assert result["nvml_binding"]["importable"] is False and "pynvml" in result["msg"]
+
+
+def test_binding_missing_unset_lets_the_backend_decide(monkeypatch):
+    result, _ = gather("h200.json", "auto", monkeypatch, nvml=None, binding_missing=None)
+    assert result["ansible_facts"]["nvidia_gpu_backend"] == "nvidia-smi"
+    with pytest.raises(GpuFactsError) as caught:
+        gather("h200.json", "nvml", monkeypatch, nvml=None, binding_missing=None)
+    assert caught.value.result["nvml_binding"]["importable"] is False
+
+
+def test_binding_missing_fail_answers_with_the_binding_report(monkeypatch, capsys):
+    """The failed answer itself (fail_on_refusal) carries nvml_binding beside msg."""
+    monkeypatch.setenv(ENV, str(FIXTURES / "h200.json"))
+    code, result = run_main({"binding_missing": "fail"}, monkeypatch, capsys)
+    assert code == 1 and result["failed"] and "needs the Python module pynvml" in result["msg"]
+    assert result["nvml_binding"]["importable"] is False and "pynvml" in result["nvml_binding"]["error"]
+
+
 # --- GPU counts across the nvidia-smi outputs (issue 18 case 4) -----------------------------------
 
 
