@@ -5,7 +5,10 @@ of its own, ``.venv-<leg>`` (e.g. .venv-core2.19), with the project's dependency
 ansible and ansible-core pins in place of the default ones. It is built with the first of the leg's
 ``controller_python`` this machine has (tools/find_python.sh runs each candidate), and rebuilt only
 when that Python or the requirements change (a stamp in the venv); pip's own cache serves the
-downloads.
+downloads. Every leg gets the collections ``galaxy.yml`` depends on at their floor version or later:
+where the leg's ``ansible`` package bundles an older one (ansible 12.3.0 bundles kubernetes.core
+6.2.0, and ``dependencies`` asks for 6.4.0, the first that runs helm 4), the leg's copy is replaced
+by the default leg's (ansible 14.5.0 bundles 6.6.0); :func:`ensure_collections`.
 
     python tools/legs.py venv [LEG...]            # build or reuse the other legs' venvs
     python tools/legs.py test [LEG...]            # each other leg's version-sensitive part (make test)
@@ -155,6 +158,76 @@ def python_version(python: Path | str) -> str:
     return done.stdout.strip()
 
 
+def collection_floors(root: Path = ROOT) -> dict[str, str]:
+    """The lowest version of each collection ``galaxy.yml`` depends on: ``{"kubernetes.core": "6.4.0"}``."""
+    import yaml
+
+    galaxy = root / "galaxy.yml"
+    if not galaxy.is_file():
+        return {}
+    deps = (yaml.safe_load(galaxy.read_text(encoding="utf-8")) or {}).get("dependencies") or {}
+    floors = {}
+    for name, spec in deps.items():
+        found = re.search(r">=\s*([0-9][0-9.]*)", str(spec))
+        if found:
+            floors[name] = found.group(1)
+    return floors
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", str(version))[:3])
+
+
+def collection_path(home: Path, name: str) -> Path | None:
+    """Where a venv's ``ansible`` package keeps collection ``name`` (``namespace.name``); None without one."""
+    namespace, _, short = name.partition(".")
+    site = next(iter(sorted(home.glob("lib/python*/site-packages"))), None)
+    return site / "ansible_collections" / namespace / short if site else None
+
+
+def collection_version(path: Path | None) -> str | None:
+    try:
+        manifest = json.loads((path / "MANIFEST.json").read_text(encoding="utf-8"))
+    except (OSError, TypeError, ValueError):
+        return None
+    return str(manifest.get("collection_info", {}).get("version") or "") or None
+
+
+def ensure_collections(leg: dict, data: dict, root: Path = ROOT, log=print) -> dict[str, str]:
+    """Give the leg's venv every collection of galaxy.yml at its floor or later; {name: version it has}.
+
+    A collection older than its floor (or missing) is replaced by the default leg's copy, which
+    must meet the floor itself. The default leg's venv is left as it is.
+    """
+    home = venv_dir(leg, root)
+    have = {}
+    for name, floor in collection_floors(root).items():
+        target = collection_path(home, name)
+        version = collection_version(target)
+        if version and version_key(version) >= version_key(floor):
+            have[name] = version
+            continue
+        if leg.get("default"):
+            raise LegError(
+                f"leg {leg['name']}: {name} {version or '(missing)'} is older than galaxy.yml's {floor}"
+            )
+        default = next(other for other in data["legs"] if other.get("default"))
+        source = collection_path(venv_dir(default, root), name)
+        offered = collection_version(source)
+        if target is None or not offered or version_key(offered) < version_key(floor):
+            raise LegError(
+                f"leg {leg['name']}: {name} {version or '(missing)'} is older than galaxy.yml's {floor}, and the "
+                f"default leg's venv has {offered or 'none'} to give it (make venv builds it)"
+            )
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns("__pycache__"))
+        log(
+            f"[{leg['name']}] {name} {version or '(missing)'} replaced by the default leg's {offered} (galaxy.yml: >={floor})"
+        )
+        have[name] = offered
+    return have
+
+
 def ensure_venv(leg: dict, data: dict, root: Path = ROOT, log=print) -> Path:
     """The leg's venv python, built or reused (the stamp names its Python and requirements)."""
     home = venv_dir(leg, root)
@@ -162,6 +235,7 @@ def ensure_venv(leg: dict, data: dict, root: Path = ROOT, log=print) -> Path:
     if leg.get("default"):
         if not python.exists():
             raise LegError(f"leg {leg['name']}: {home.name} is missing (make venv builds it)")
+        ensure_collections(leg, data, root, log=log)
         return python
     base = find_python(leg)
     wanted = requirements(leg, data["dependencies"])
@@ -169,6 +243,7 @@ def ensure_venv(leg: dict, data: dict, root: Path = ROOT, log=print) -> Path:
     stamp_file = home / ".gpusplit-leg.json"
     try:
         if json.loads(stamp_file.read_text()) == stamp and python.exists():
+            ensure_collections(leg, data, root, log=log)
             return python
     except (OSError, ValueError):
         pass
@@ -190,6 +265,7 @@ def ensure_venv(leg: dict, data: dict, root: Path = ROOT, log=print) -> Path:
             )
         if argv[1:3] == ["-m", "venv"]:
             reqs.write_text("\n".join(wanted) + "\n")
+    ensure_collections(leg, data, root, log=log)
     stamp_file.write_text(json.dumps(stamp, indent=1))
     log(f"[{leg['name']}] {home.name} built in {time.monotonic() - started:.0f} s")
     return python

@@ -115,3 +115,47 @@ def test_counts_are_read_off_pytest_and_ansible_test():
         + "FATAL: The 1 sanity test(s) listed below (out of 24) failed. See error output above.\npylint\n"
     )
     assert legs.sanity_counts(failed) == "24 sanity tests, 1 failed"
+
+
+def fake_collection(home: Path, version: str) -> Path:
+    path = home / "lib" / "python3.12" / "site-packages" / "ansible_collections" / "kubernetes" / "core"
+    path.mkdir(parents=True)
+    (path / "MANIFEST.json").write_text(json.dumps({"collection_info": {"version": version}}))
+    (path / "plugins").mkdir()
+    (path / "plugins" / "helm.py").write_text(f"# {version}\n")
+    return path
+
+
+def test_galaxy_ymls_floors_are_read():
+    assert legs.collection_floors(ROOT) == {"kubernetes.core": "6.4.0"}
+
+
+def test_a_leg_whose_ansible_bundles_an_older_collection_gets_the_default_legs(tmp_path):
+    (tmp_path / "galaxy.yml").write_text('dependencies:\n  kubernetes.core: ">=6.4.0"\n')
+    default = dict(OLD, name="new", default=True)
+    data = {"legs": [default, OLD]}
+    fake_collection(tmp_path / ".venv", "6.6.0")
+    old = fake_collection(tmp_path / ".venv-old", "6.2.0")
+    said = []
+    assert legs.ensure_collections(OLD, data, tmp_path, log=said.append) == {"kubernetes.core": "6.6.0"}
+    assert (old / "plugins" / "helm.py").read_text() == "# 6.6.0\n"
+    assert said == ["[old] kubernetes.core 6.2.0 replaced by the default leg's 6.6.0 (galaxy.yml: >=6.4.0)"]
+    # at or above the floor: left as it is
+    said.clear()
+    assert legs.ensure_collections(OLD, data, tmp_path, log=said.append) == {"kubernetes.core": "6.6.0"}
+    assert said == []
+
+
+def test_no_collection_at_the_floor_to_give_is_a_named_failure(tmp_path):
+    (tmp_path / "galaxy.yml").write_text('dependencies:\n  kubernetes.core: ">=6.4.0"\n')
+    default = dict(OLD, name="new", default=True)
+    fake_collection(tmp_path / ".venv", "6.3.0")
+    fake_collection(tmp_path / ".venv-old", "6.2.0")
+    with pytest.raises(
+        legs.LegError, match=r"^leg old: kubernetes.core 6.2.0 is older than galaxy.yml's 6.4.0"
+    ):
+        legs.ensure_collections(OLD, {"legs": [default, OLD]}, tmp_path, log=pytest.fail)
+    with pytest.raises(
+        legs.LegError, match=r"^leg new: kubernetes.core 6.3.0 is older than galaxy.yml's 6.4.0$"
+    ):
+        legs.ensure_collections(default, {"legs": [default, OLD]}, tmp_path, log=pytest.fail)
