@@ -86,7 +86,6 @@ def test_a_record_that_cannot_be_written_says_where(tmp_path):
 @pytest.mark.parametrize("root", ["/", "/srv/lab/hosts/n1", "/srv/lab/hosts/n1/"])
 def test_the_discovery_reads_the_record_where_the_host_side_writes_it(root):
     """gpu_discovery's default path (read before the plan) is the host share's state_path (written after)."""
-    import re
     from pathlib import Path
 
     import jinja2
@@ -97,7 +96,6 @@ def test_the_discovery_reads_the_record_where_the_host_side_writes_it(root):
     defaults = Path(__file__).resolve().parents[5] / "roles" / "gpu_discovery" / "defaults" / "main.yml"
     template = yaml.safe_load(defaults.read_text())["gpusplit_host_state_path"]
     env = jinja2.Environment()
-    env.filters["regex_replace"] = lambda value, pattern, repl: re.sub(pattern, repl, value)
     read_at = env.from_string(template).render(gpusplit_host_root=root)
     written_at = host_share.posixpath.join(
         host_share.posixpath.normpath(root), host_share.ENV_DIR, host_state.STATE_NAME
