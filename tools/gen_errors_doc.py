@@ -105,7 +105,6 @@ CAPABILITIES = (
             "plugin_utils/out_dir.py",
             "module_utils/_k8s/",
             "modules/cluster_apply.py",
-            "modules/helm_release.py",
             "modules/node_taints.py",
         ),
     ),

@@ -132,13 +132,6 @@ def base_args(name, tmp_path):
         "control_plane_health": {"timeout": 1, "components": [], "apiserver_url": "https://127.0.0.1:9"},
         "feature_gate_preflight": {"version": "1.35.0"},
         "fleet_verify": {"plan": {"nodes": {}}},
-        "helm_release": {
-            "name": "x",
-            "namespace": "default",
-            "chart_ref": "repo/x",
-            "chart_version": "1.0.0",
-            "binary_path": str(tmp_path / "no-helm"),
-        },
         "kubeadm_config_flags": {"path": str(tmp_path / "kubeadm-config.yaml")},
         "nvidia_gpu_facts": {
             "nvidia_smi_path": str(tmp_path / "no-nvidia-smi"),
