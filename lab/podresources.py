@@ -51,7 +51,7 @@ SUN_PATH_MAX = 107
 
 # --------------------------------------------------------------------------- protobuf encoding
 # Field numbers of staging/src/k8s.io/kubelet/pkg/apis/podresources/v1/api.proto (see
-# plugins/module_utils/_host/pod_resources.py for the messages).
+# plugins/module_utils/_kubelet/pod_resources.py for the messages).
 
 
 def varint(value: int) -> bytes:

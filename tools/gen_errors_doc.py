@@ -77,9 +77,9 @@ CAPABILITIES = (
         "The module `gpu_pod_resources`: the kubelet's pod-resources API over its unix socket (gRPC, "
         "HTTP/2, HPACK and the protobuf messages, standard library only).",
         (
-            "module_utils/_host/pod_resources.py",
-            "module_utils/_host/grpc_unix.py",
-            "module_utils/_host/hpack.py",
+            "module_utils/_kubelet/pod_resources.py",
+            "module_utils/_kubelet/grpc_unix.py",
+            "module_utils/_kubelet/hpack.py",
             "modules/gpu_pod_resources.py",
         ),
     ),

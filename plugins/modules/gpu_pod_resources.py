@@ -210,7 +210,7 @@ holders:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.pod_resources import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet.pod_resources import (
     DEFAULT_PREFIXES,
     DEFAULT_SOCKET,
     DEFAULT_TIMEOUT,

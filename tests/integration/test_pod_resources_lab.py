@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from ansible_output import ansible_module
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host import pod_resources as pr
+from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import pod_resources as pr
 from lab import components as C
 from lab import deviceplugin as dp
 from lab import podresources as ps

@@ -23,10 +23,12 @@ ALLOWED = {
     # the discovery's work (facts.py) reads who holds the GPUs and the host's record in the same call
     MU + "_gpu": {
         MU + "_errors",
-        MU + "_host/pod_resources",
+        MU + "_kubelet",
         MU + "_host/host_state",
     },
     MU + "_host": {MU + "_errors"},
+    # the kubelet's APIs on a node (pod-resources over gRPC on its unix socket)
+    MU + "_kubelet": {MU + "_errors"},
     MU + "_split": {MU + "_errors", MU + "_gpu", MU + "_k8s"},
     MU + "_dra": {MU + "_errors", MU + "_k8s", MU + "_split"},
     MU + "_control_plane": {MU + "_errors", MU + "_k8s", MU + "_host/files"},

@@ -26,10 +26,10 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import (
     GpuFactsError,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import read_state
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.pod_resources import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet.pod_resources import (
     DEFAULT_TIMEOUT as POD_RESOURCES_TIMEOUT,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.pod_resources import read_pod_resources
+from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet.pod_resources import read_pod_resources
 
 ARGUMENT_SPEC = {
     "backend": {"type": "str", "default": "auto", "choices": ["auto", "nvml", "nvidia-smi"]},

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host import pod_resources as pr
+from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import pod_resources as pr
 from lab import deviceplugin as dp
 from lab import podresources as ps
 

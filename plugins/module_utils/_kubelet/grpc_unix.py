@@ -23,7 +23,7 @@ import struct
 import time
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.hpack import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet.hpack import (
     HpackDecoder,
     HpackError,
     encode_headers,

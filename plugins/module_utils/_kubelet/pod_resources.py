@@ -29,7 +29,7 @@ Fields not listed (CPU ids, memory, fields of later releases) are skipped, as pr
 from __future__ import annotations
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host import grpc_unix
+from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import grpc_unix
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"

@@ -1,4 +1,4 @@
-"""The pod-resources client (plugins/module_utils/_host/pod_resources.py and grpc_unix.py).
+"""The pod-resources client (plugins/module_utils/_kubelet/pod_resources.py and grpc_unix.py).
 
 Against a real gRPC server (grpcio, in this process, on a unix socket under tmp_path) that answers
 ``v1.PodResourcesLister/List`` with a protobuf written by the lab's stand-in encoder
@@ -20,8 +20,8 @@ import threading
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host import grpc_unix, hpack
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host import pod_resources as pr
+from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import grpc_unix, hpack
+from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import pod_resources as pr
 
 try:
     import grpc

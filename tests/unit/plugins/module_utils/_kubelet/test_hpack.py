@@ -1,10 +1,10 @@
-"""HPACK (plugins/module_utils/_host/hpack.py) against the examples of RFC 7541 Appendix C."""
+"""HPACK (plugins/module_utils/_kubelet/hpack.py) against the examples of RFC 7541 Appendix C."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host import hpack
+from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import hpack
 
 
 def test_the_huffman_code_is_complete_and_ends_in_the_30_bit_eos():
