@@ -99,3 +99,65 @@ def unknown_keys(where, mapping, known):
     ``[]`` when there are none. One wording for every refusal of a key no one reads."""
     unknown = sorted(set(map(str, mapping)) - set(known))
     return [f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})"] if unknown else []
+
+
+INT64_MIN = -(1 << 63)
+INT64_MAX = (1 << 63) - 1
+_ASCII_DIGITS = frozenset("0123456789")
+
+
+def ascii_int(text, signed=False):
+    """The integer that ``text`` spells in ASCII digits 0-9 (blanks around it allowed, a leading ``-`` or
+    ``+`` only when ``signed``), else None. ``str.isdigit()`` and ``int()`` also take ``²``, ``٣`` or
+    full-width digits; a number the collection reads from text goes through here."""
+    if not isinstance(text, str):
+        return None
+    body = text.strip(" \t")
+    sign = 1
+    if signed and body[:1] in ("-", "+"):
+        sign = -1 if body[0] == "-" else 1
+        body = body[1:]
+    if not body or not set(body) <= _ASCII_DIGITS:
+        return None
+    return sign * int(body)
+
+
+def _shown(number):
+    if isinstance(number, float) and number == int(number) and abs(number) < 1e16:
+        return str(int(number))
+    return f"{number:g}" if isinstance(number, float) else str(number)
+
+
+def check_number(value, name, low=None, high=None, integer=False, above=False, unit="", error=GpusplitError):
+    """``value`` when it is a finite number (an integer where ``integer``) from ``low`` to ``high`` (above
+    ``low`` where ``above``), else ``error`` naming ``name``, the range and what was given: the one number
+    check of every module option and inventory field that takes a number. NaN, infinity, booleans,
+    strings and numbers out of range (a 1e300 timeout, an integer beyond 64 bits) are refused here, before
+    they fail later with Python's words or after a change was made."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float))
+    if ok and isinstance(value, float):
+        ok = value == value and value not in (float("inf"), float("-inf"))
+    if ok and integer and not isinstance(value, int):
+        ok = isinstance(value, float) and value == int(value)
+    if ok and low is not None:
+        ok = value > low if above else value >= low
+    if ok and high is not None:
+        ok = value <= high
+    if ok:
+        return int(value) if integer else value
+    kind = ("a whole number" if integer else "a number") + (f" of {unit}" if unit else "")
+    if low is not None and high is not None:
+        want = f"{kind} {'above' if above else 'from'} {_shown(low)} {'and at most' if above else 'to'} {_shown(high)}"
+    elif low is not None:
+        want = f"{kind} {'above' if above else 'of at least'} {_shown(low)}"
+    elif high is not None:
+        want = f"{kind} of at most {_shown(high)}"
+    else:
+        want = f"a finite {kind[2:]}"
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        given = a_type_name(value)
+    elif isinstance(value, int) and abs(value) >= 10**30:
+        given = f"an integer of {len(str(abs(value)))} digits"
+    else:
+        given = repr(value)
+    raise error(f"{name}: expected {want}, got {given}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import re
+from math import copysign as _copysign
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 
@@ -120,9 +121,7 @@ class _Parser:
     # ---- errors and position
 
     def error(self, message, pos=None):
-        pos = self.pos if pos is None else pos
-        line = self.src.count("\n", 0, pos) + 1
-        col = pos - (self.src.rfind("\n", 0, pos) + 1) + 1
+        line, col = line_and_column(self.src, self.pos if pos is None else pos)
         return TomlReadError(f"{message} (at line {line}, column {col})")
 
     def peek(self, n=1):
@@ -569,6 +568,56 @@ class _Parser:
                 raise self.error(f"control character {ch!r} in a string")
             out.append(ch)
             self.pos += 1
+
+
+def split_lines(text):
+    """The lines of TOML ``text``, each with its ending: the one line splitter for TOML text (this reader's
+    line numbers, the toolkit edit). TOML ends a line at LF or CRLF only; ``str.splitlines()`` also
+    breaks at CR, VT, FF, FS, GS, RS, U+0085, U+2028 and U+2029, ordinary characters in TOML strings and
+    comments, and would cut a string or a comment in two."""
+    lines = text.split("\n")
+    out = [line + "\n" for line in lines[:-1]]
+    if lines[-1]:
+        out.append(lines[-1])
+    return out
+
+
+def line_and_column(text, pos):
+    """(line, column), both from 1, of the offset ``pos`` in ``text``, lines as :func:`split_lines` has them."""
+    line = text.count("\n", 0, pos) + 1
+    return line, pos - (text.rfind("\n", 0, pos) + 1) + 1
+
+
+def same_value(a, b):
+    """Whether two parsed TOML values are the same value: Python's ``==`` with what it gets wrong for TOML
+    put right. ``nan`` is the same as ``nan`` (``nan != nan`` in Python: one ``nan`` anywhere in the file
+    would make every edit look as if it changed other settings); ``true`` is not ``1`` and ``1`` not
+    ``1.0``; ``-0.0`` is not ``0.0``; a date-time keeps its offset (``07:32:00Z`` and
+    ``00:32:00-07:00`` are the same instant, but not the same setting). Tables and arrays compare by
+    their members."""
+    if isinstance(a, dict) or isinstance(b, dict):
+        return (
+            isinstance(a, dict)
+            and isinstance(b, dict)
+            and a.keys() == b.keys()
+            and all(same_value(a[k], b[k]) for k in a)
+        )
+    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
+        return (
+            isinstance(a, (list, tuple))
+            and isinstance(b, (list, tuple))
+            and len(a) == len(b)
+            and all(same_value(x, y) for x, y in zip(a, b))  # noqa: B905 - runs on 3.8+
+        )
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        if a != a or b != b:
+            return a != a and b != b
+        return a == b and _copysign(1.0, a) == _copysign(1.0, b)
+    if isinstance(a, (_dt.datetime, _dt.time)):
+        return a == b and a.tzinfo == b.tzinfo and a.utcoffset() == b.utcoffset()
+    return a == b
 
 
 def loads(text):

@@ -32,8 +32,11 @@ import math
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
+    INT64_MAX,
+    INT64_MIN,
     GpusplitError,
     a_type_name,
+    check_number,
     type_name,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toml_read
@@ -150,8 +153,10 @@ def split_key(key):
     return tuple(parts[:-1]), parts[-1]
 
 
-# TOML basic-string escapes; other control characters are written \uXXXX
+# TOML basic-string escapes; other control characters are written \uXXXX, and so are the characters that
+# other tools' line splitters (Python's str.splitlines) take for line ends, so that the file reads the same there
 _ESCAPES = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+_LINE_LIKE = frozenset("\x85\u2028\u2029")
 
 
 def _format_string(value):
@@ -159,7 +164,7 @@ def _format_string(value):
     for ch in value:
         if ch in _ESCAPES:
             out.append(_ESCAPES[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F or ch in _LINE_LIKE:
             out.append(f"\\u{ord(ch):04X}")
         else:
             out.append(ch)
@@ -171,7 +176,8 @@ def format_value(value, key="value"):
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
-        return str(value)
+        # TOML integers are 64-bit (the toolkit's Go reader refuses a larger one: the whole file unread)
+        return str(check_number(value, key, INT64_MIN, INT64_MAX, integer=True, error=TomlEditError))
     if isinstance(value, float):
         if not math.isfinite(value):
             raise TomlEditError(f"{key}: {value!r} is not a finite number")
@@ -183,15 +189,8 @@ def format_value(value, key="value"):
     raise TomlEditError(f"{key}: {value!r} ({type_name(value)}) is not a boolean, number, string or list")
 
 
-def _same(a, b):
-    """Equality that tells bool from int (``True == 1`` in Python, not in TOML)."""
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(_same(a[i], b[i]) for i in range(len(a)))
-    if isinstance(a, bool) or isinstance(b, bool):
-        return isinstance(a, bool) and isinstance(b, bool) and a == b
-    if isinstance(a, (list, tuple)) or isinstance(b, (list, tuple)):
-        return False
-    return type(a) is type(b) and a == b
+# whether two parsed TOML values are the same value (nan the same as nan, true not 1, -0.0 not 0.0)
+_same = toml_read.same_value
 
 
 _MISSING = object()
@@ -459,7 +458,7 @@ def _insert_at_section_end(lines, header, section, new_line, nl):
 def _apply_one(text, table, name, literal):
     """Return (new text, action) for one key; ``text`` must parse."""
     nl = _newline_of(text)
-    lines = text.splitlines(keepends=True)
+    lines = toml_read.split_lines(text)
     items = _scan(lines)
     full = table + (name,)
 
@@ -619,7 +618,7 @@ def _check_rest_unchanged(old, new, touched, name):
             out[k] = v
         return out
 
-    if prune(strip(old)) != prune(strip(new)):
+    if not _same(prune(strip(old)), prune(strip(new))):
         raise TomlEditError(f"{name}: the edit would change other settings too; the file was left alone")
 
 

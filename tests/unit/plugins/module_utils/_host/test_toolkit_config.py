@@ -485,3 +485,107 @@ def test_module_refuses_a_string_bool_and_leaves_the_file(config, capsys):
     )
     assert "reads" in out["msg"] and "as a boolean" in out["msg"]
     assert config.read_text() == before and backups(config) == []
+
+
+# ---- issue 43: lines split where TOML does not; comparisons a valid value defeats; numbers out of range
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a = 'x\u2028y'\n",  # issue 43: "Module failed: substring not found"
+        "# a comment with \x85 in it\nb = 1\n",  # issue 43: "cannot read a key"
+        'k = """one\u2029two"""\n[nvidia-container-cli]\nroot = "/"\n',  # a multi-line string with U+2029
+        "[t]\nk = 'a\u2028b = 1' # x\x85y = 2\n",  # LS in a literal string, NEL in a comment
+        "x = [\n  'a\x85', # \u2029\n  'b',\n]\n",  # an array over lines, NEL and PS inside
+    ],
+)
+def test_line_like_characters_do_not_end_a_line(text):
+    result = tc.edit_config(text, {ENVVAR: False})
+    data = read_toml(result["text"])
+    assert data[ENVVAR] is False
+    del data[ENVVAR]
+    assert data == read_toml(text)
+
+
+def test_split_lines_splits_at_lf_only():
+    assert toml_read.split_lines("a\u2028b\x85c\x0bd\x0ce\x1cf\rg\r\nh\ni") == [
+        "a\u2028b\x85c\x0bd\x0ce\x1cf\rg\r\n",
+        "h\n",
+        "i",
+    ]
+    assert toml_read.split_lines("") == []
+    assert toml_read.split_lines("a\n") == ["a\n"]
+
+
+def test_line_like_characters_are_written_escaped_and_read_back():
+    """issue 43: a list holding U+2028 was written unescaped, and the next run could not read the file."""
+    key = "nvidia-container-runtime.runtimes"
+    value = ["a\u2028b", "c\x85", "d\u2029"]
+    first = tc.edit_config("", {key: value})
+    assert "\u2028" not in first["text"] and "\x85" not in first["text"] and "\\u2028" in first["text"]
+    assert read_toml(first["text"])["nvidia-container-runtime"]["runtimes"] == value
+    assert not tc.edit_config(first["text"], {key: value})["changed"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "n = nan\n",  # issue 43: "the edit would change other settings too"
+        "[t]\nx = [1.0, -nan]\n",
+        "t = {x = +nan}\n",
+        "[[a]]\nv = nan\n[[a]]\nv = 1\n",
+    ],
+)
+def test_nan_elsewhere_does_not_stop_an_edit(text):
+    result = tc.edit_config(text, {ENVVAR: False})
+    assert result["changed"]
+    assert toml_read.loads(result["text"])[ENVVAR] is False
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        (1, True),  # true == 1 in Python
+        (1, 1.0),  # 1 == 1.0
+        (0.0, -0.0),  # 0.0 == -0.0
+        (float("nan"), 1.0),
+        ([1], [True]),
+        ({"a": 1}, {"a": 1.0}),
+    ],
+)
+def test_same_tells_toml_values_apart(old, new):
+    assert not tc._same(old, new)
+    assert tc._same(old, old) and tc._same(new, new)
+
+
+def test_same_keeps_a_date_times_offset():
+    import datetime as dt
+
+    utc = dt.datetime(1979, 5, 27, 7, 32, tzinfo=dt.timezone.utc)  # noqa: UP017 - runs on 3.8+
+    minus7 = dt.datetime(1979, 5, 27, 0, 32, tzinfo=dt.timezone(dt.timedelta(hours=-7)))
+    assert utc == minus7  # the same instant for Python
+    assert not tc._same(utc, minus7)
+
+
+def test_a_changed_type_elsewhere_is_seen_as_a_change():
+    """The check that nothing else changed compared with ==, to which true equals 1: a table whose value
+    changed from 1 to true passed as unchanged."""
+    with pytest.raises(tc.TomlEditError, match="change other settings too"):
+        tc._check_rest_unchanged({"a": 1, "k": 1}, {"a": True, "k": 2}, [("k",)], "config.toml")
+    with pytest.raises(tc.TomlEditError, match="change other settings too"):
+        tc._check_rest_unchanged({"t": {"a": 0.0}}, {"t": {"a": -0.0}}, [], "config.toml")
+
+
+@pytest.mark.parametrize("value", [10**30, -(10**30), 1 << 63, -(1 << 63) - 1, [1, 1 << 64]])
+def test_integers_beyond_64_bit_are_refused(value):
+    """issue 43: settings {x: 10**30} was written into config.toml, which the toolkit then cannot read."""
+    with pytest.raises(
+        tc.TomlEditError, match=r"expected a whole number from -9223372036854775808 to 9223372036854775807"
+    ):
+        tc.edit_config("", {"x": value})
+
+
+def test_the_64_bit_edges_are_written():
+    for value in ((1 << 63) - 1, -(1 << 63)):
+        assert read_toml(tc.edit_config("", {"x": value})["text"])["x"] == value
