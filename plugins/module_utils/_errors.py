@@ -101,6 +101,8 @@ def unknown_keys(where, mapping, known):
     return [f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(known)})"] if unknown else []
 
 
+# the longest wait any option of the collection takes (timeouts, intervals, delays): a day
+MAX_SECONDS = 86400
 INT64_MIN = -(1 << 63)
 INT64_MAX = (1 << 63) - 1
 _ASCII_DIGITS = frozenset("0123456789")
@@ -145,6 +147,11 @@ def check_number(value, name, low=None, high=None, integer=False, above=False, u
         ok = value <= high
     if ok:
         return int(value) if integer else value
+    raise error(number_refusal(value, name, low, high, integer, above, unit))
+
+
+def number_refusal(value, name, low=None, high=None, integer=False, above=False, unit=""):
+    """The message of :func:`check_number` for ``value``: the field, the number it takes, what was given."""
     kind = ("a whole number" if integer else "a number") + (f" of {unit}" if unit else "")
     if low is not None and high is not None:
         want = f"{kind} {'above' if above else 'from'} {_shown(low)} {'and at most' if above else 'to'} {_shown(high)}"
@@ -155,9 +162,9 @@ def check_number(value, name, low=None, high=None, integer=False, above=False, u
     else:
         want = f"a finite {kind[2:]}"
     if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        given = a_type_name(value)
+        given = "null" if value is None else a_type_name(value)
     elif isinstance(value, int) and abs(value) >= 10**30:
         given = f"an integer of {len(str(abs(value)))} digits"
     else:
         given = repr(value)
-    raise error(f"{name}: expected {want}, got {given}")
+    return f"{name}: expected {want}, got {given}"

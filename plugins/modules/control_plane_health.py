@@ -65,19 +65,19 @@ options:
     type: dict
     default: {}
   timeout:
-    description: Seconds to wait in all.
+    description: Seconds to wait in all, V(0) to V(86400).
     type: int
     default: 300
   interval:
-    description: Seconds between probes.
+    description: Seconds between probes, above V(0) and at most V(3600).
     type: float
     default: 2
   stable_probes:
-    description: Consecutive good probes each component needs.
+    description: Consecutive good probes each component needs, V(1) to V(1000).
     type: int
     default: 2
   probe_timeout:
-    description: Seconds one HTTP request may take.
+    description: Seconds one HTTP request may take, above V(0) and at most V(3600).
     type: float
     default: 5
 requirements:
@@ -161,7 +161,11 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.health
     resolve_endpoints,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.module_io import run_module
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
+    MAX_SECONDS,
+    check_number,
+    fail_on_refusal,
+)
 
 DISCOVERY = "kube-apiserver discovery"
 
@@ -181,9 +185,28 @@ def _start_times(given) -> dict:
     return times
 
 
+def check_numbers(p) -> list:
+    """The refusals of the options that take a number (nan, inf, 1e300, out of range), all at once."""
+    problems = []
+    for name, low, high, above, integer, unit in (
+        ("timeout", 0, MAX_SECONDS, False, True, "seconds"),
+        ("interval", 0, 3600, True, False, "seconds"),
+        ("probe_timeout", 0, 3600, True, False, "seconds"),
+        ("stable_probes", 1, 1000, False, True, ""),
+    ):
+        try:
+            check_number(p[name], name, low, high, integer=integer, above=above, unit=unit, error=HealthError)
+        except HealthError as exc:
+            problems.extend(exc.errors)
+    return problems
+
+
 def run(module: AnsibleModule) -> dict:
     p = module.params
     with fail_on_refusal(module):
+        problems = check_numbers(p)
+        if problems:
+            raise HealthError(problems)
         endpoints = resolve_endpoints(p["components"], p["endpoints"])
         apiserver_endpoint = resolve_endpoints([APISERVER], p["endpoints"])[APISERVER]
         kubeconfig = load_kubeconfig(p["kubeconfig"], p["context"]) if p["kubeconfig"] else None

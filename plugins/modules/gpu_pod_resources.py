@@ -32,7 +32,9 @@ options:
     default: /var/lib/kubelet/pod-resources/kubelet.sock
   timeout:
     description:
-      - Seconds for the whole call, connecting included.
+      - Seconds for the whole call, connecting included. A server that sends frames without end, or slowly, is cut
+        off at this limit too.
+      - Above V(0) and at most V(86400) (nan, inf or 1e300 are refused).
     type: float
     default: 10
   missing_ok:

@@ -66,6 +66,7 @@ options:
         with a message naming the command (or the NVML call) and the limit; the other hosts go on.
         A hang is never taken for "no driver", and C(auto) does not fall back to C(nvidia-smi) after an
         NVML hang (it would hang the same way).
+      - Above V(0) and at most V(86400) (nan, inf or 1e300 are refused before anything runs).
     type: float
     default: 30
   fallback_warning:
@@ -95,7 +96,7 @@ options:
     default: true
   pod_resources_timeout:
     description:
-      - Seconds for the pod-resources call, connecting included.
+      - Seconds for the whole pod-resources call, connecting included; above V(0) and at most V(86400).
     type: float
     default: 10
   host_state_path:

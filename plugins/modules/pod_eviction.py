@@ -42,7 +42,10 @@ options:
     type: int
     default: 300
   delay:
-    description: Seconds between two reads of the pods while waiting (and between two tries of an eviction answered with 429).
+    description:
+      - Seconds between two reads of the pods while waiting (and between two tries of an eviction answered with 429).
+      - Above V(0) and at most V(86400); V(wait_timeout) from V(0) to V(86400). Refused before any request otherwise
+        (nan, inf or 1e300 too).
     type: float
     default: 2
 extends_documentation_fragment:
@@ -165,6 +168,14 @@ def main():
             result.pop("warnings")
             module.fail_json(
                 msg=f"{TITLE}: the API request failed: {error_text(exc)}",
+                exception=traceback.format_exc(),
+                **result,
+            )
+        except Exception as exc:  # a bug: still say which pods were already evicted
+            result.pop("warnings", None)
+            done = ", ".join(f"{e['namespace']}/{e['name']}" for e in result["evicted"]) or "none"
+            module.fail_json(
+                msg=f"{TITLE}: stopped by an unexpected error ({type(exc).__name__}: {exc}); evicted before that: {done}",
                 exception=traceback.format_exc(),
                 **result,
             )

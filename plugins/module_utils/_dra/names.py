@@ -15,7 +15,7 @@ library only.
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, ascii_int
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     LABEL_MANAGED_BY,
     LABEL_NAME,
@@ -62,9 +62,10 @@ def check_purpose(purpose):
 
 def device_name(minor):
     """The DRA driver's name of a full GPU: ``gpu-<minor>`` (the /dev/nvidiaN number, not the index)."""
-    if isinstance(minor, bool) or not isinstance(minor, (int, str)) or not str(minor).strip().isdigit():
+    number = minor if isinstance(minor, int) and not isinstance(minor, bool) else ascii_int(minor)
+    if number is None or number < 0:
         raise DraError(f"minor number {minor!r} is not a whole number >= 0")
-    return f"gpu-{int(str(minor).strip())}"
+    return f"gpu-{number}"
 
 
 def taint_rule_name(purpose, node, device):

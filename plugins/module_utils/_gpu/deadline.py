@@ -27,7 +27,7 @@ import signal
 import struct
 import time
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import MAX_SECONDS, check_number, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import GpuFactsError
 
 DEFAULT_TIMEOUT = 30
@@ -47,10 +47,9 @@ def _wedged_hint():
 
 
 def check_timeout(value, name="timeout"):
-    """``value`` as a positive float; GpuFactsError naming ``name`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise GpuFactsError(f"{name} must be a positive number of seconds, got {value!r}")
-    return float(value)
+    """``value`` as a float of seconds above 0 and at most a day; GpuFactsError naming ``name`` otherwise
+    (nan, inf, 1e300, a negative number or no number at all: refused here, not later by select or signal)."""
+    return float(check_number(value, name, 0, MAX_SECONDS, above=True, unit="seconds", error=GpuFactsError))
 
 
 def run_command(module, argv, timeout, environ_update=None):

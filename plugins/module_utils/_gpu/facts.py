@@ -258,6 +258,10 @@ def execute(params, module):
     Returns the result with ``changed`` (always false) and ``warnings`` (a list of texts); raises a
     GpusplitError (GpuFactsError, a bad timeout) to refuse."""
     timeout = deadline.check_timeout(params["timeout"])
+    if params.get("pod_resources_socket") and params.get("pod_resources") is not False:
+        deadline.check_timeout(
+            params.get("pod_resources_timeout", POD_RESOURCES_TIMEOUT), "pod_resources_timeout"
+        )
     result = gather(params, HostIO(module, timeout))
     holders = read_holders(params)
     if holders is not None:

@@ -31,7 +31,12 @@ from __future__ import annotations
 import json
 import time
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
+    MAX_SECONDS,
+    GpusplitError,
+    check_number,
+    type_name,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import api_client, list_json
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import requirement_matches
 
@@ -59,12 +64,12 @@ def _got(value):
 
 
 def _seconds_problem(field, value, allow_zero):
-    """What is wrong with a number of seconds (None when nothing is): a number, >= 0, above 0
-    unless ``allow_zero``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return f"{field}: expected a number of seconds, {_got(value)}"
-    if value < 0 or (value == 0 and not allow_zero):
-        return f"{field}: expected a number of seconds {'>= 0' if allow_zero else 'above 0'}, got {value}"
+    """What is wrong with a number of seconds (None when nothing is): a finite number up to a day, >= 0
+    (a whole number: wait_timeout) or above 0 (delay) unless ``allow_zero``."""
+    try:
+        check_number(value, field, 0, MAX_SECONDS, integer=allow_zero, above=not allow_zero, unit="seconds")
+    except GpusplitError as exc:
+        return str(exc)
     return None
 
 

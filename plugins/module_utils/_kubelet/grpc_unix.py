@@ -22,7 +22,7 @@ import stat
 import struct
 import time
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, ascii_int
 from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet.hpack import (
     HpackDecoder,
     HpackError,
@@ -475,7 +475,7 @@ class Exchange:
         content_type = fields.get("content-type", "")
         if "grpc-status" in fields:
             code_text = fields["grpc-status"]
-            code = int(code_text) if code_text.isdigit() else None
+            code = ascii_int(code_text)
             text = percent_decode(fields.get("grpc-message", ""))
             if code != 0:
                 label = GRPC_CODES.get(code, "unknown code") if code is not None else "unreadable"

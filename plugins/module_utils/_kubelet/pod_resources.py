@@ -28,7 +28,11 @@ Fields not listed (CPU ids, memory, fields of later releases) are skipped, as pr
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
+    MAX_SECONDS,
+    GpusplitError,
+    check_number,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import grpc_unix
 
 DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
@@ -259,8 +263,9 @@ def read_pod_resources(
     With ``missing_ok``, a socket that does not exist gives ``available: false`` and no pods (a node
     without a kubelet yet); every other failure is a PodResourcesError that says what to fix."""
     prefixes = check_prefixes(prefixes)
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0:
-        raise PodResourcesError(f"timeout: expected a number of seconds above 0, got {timeout!r}")
+    timeout = check_number(
+        timeout, "timeout", 0, MAX_SECONDS, above=True, unit="seconds", error=PodResourcesError
+    )
     try:
         answer = grpc_unix.call(socket_path, LIST_METHOD, b"", timeout=float(timeout))
     except grpc_unix.SocketMissingError as exc:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import ascii_int, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import (
     normalize_pci_bus_id,
     normalize_uuid,
@@ -24,14 +24,13 @@ _GPU_UUID_RE = re.compile(r"^gpu-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}
 
 
 def int_or_none(value):
-    """``value`` as an int (an int, or a string of digits), else None (booleans too)."""
+    """``value`` as an int (an int, or a string of ASCII digits), else None (booleans too). ``str.isdigit()``
+    takes ``²`` (and ``int()`` then fails with Python's words) or ``٣`` (read as 3): ASCII digits only."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
-        return int(value.strip())
-    return None
+    return ascii_int(value)
 
 
 def fmt_list(values):

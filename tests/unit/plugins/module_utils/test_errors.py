@@ -6,8 +6,12 @@ from __future__ import annotations
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
+    INT64_MAX,
+    INT64_MIN,
     GpusplitError,
     a_type_name,
+    ascii_int,
+    check_number,
     fail_on_refusal,
     refusal_text,
 )
@@ -126,3 +130,61 @@ def test_unknown_keys_one_wording_sorted():
         "q: unknown key(s) aa, zz (known: kind, name)"
     ]
     assert unknown_keys("q", {"kind": 1}, ("kind", "name")) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "signed", "expected"),
+    [
+        ("12", False, 12),
+        (" 7 ", False, 7),
+        ("-3", True, -3),
+        ("+3", True, 3),
+        ("-3", False, None),
+        ("²", False, None),  # str.isdigit() says yes, int() fails
+        ("٣", False, None),  # str.isdigit() says yes, int() reads 3
+        ("１２", False, None),  # full-width digits
+        ("1_0", False, None),  # int() takes the underscore
+        ("", False, None),
+        ("-", True, None),
+        (12, False, None),
+    ],
+)
+def test_ascii_int(text, signed, expected):
+    assert ascii_int(text, signed) == expected
+
+
+@pytest.mark.parametrize(
+    ("value", "kwargs", "message"),
+    [
+        (float("nan"), {"low": 0, "above": True}, "x: expected a number above 0, got nan"),
+        (float("inf"), {"low": 0, "high": 10}, "x: expected a number from 0 to 10, got inf"),
+        (
+            1e300,
+            {"low": 0, "high": 10, "unit": "seconds"},
+            "x: expected a number of seconds from 0 to 10, got 1e+300",
+        ),
+        (True, {}, "x: expected a finite number, got a boolean"),
+        (None, {}, "x: expected a finite number, got null"),
+        ("5", {}, "x: expected a finite number, got '5'"),
+        (2.5, {"integer": True}, "x: expected a finite whole number, got 2.5"),
+        (
+            10**30,
+            {"low": INT64_MIN, "high": INT64_MAX, "integer": True},
+            "x: expected a whole number from -9223372036854775808 to 9223372036854775807, got an integer of 31 digits",
+        ),
+        (0, {"low": 0, "high": 1, "above": True}, "x: expected a number above 0 and at most 1, got 0"),
+        (-1, {"high": 0.5, "low": None}, None),
+    ],
+)
+def test_check_number(value, kwargs, message):
+    if message is None:
+        assert check_number(value, "x", **kwargs) == value
+        return
+    with pytest.raises(GpusplitError) as caught:
+        check_number(value, "x", **kwargs)
+    assert caught.value.errors == [message]
+
+
+def test_check_number_gives_whole_numbers_as_int():
+    assert check_number(3.0, "x", integer=True) == 3 and isinstance(check_number(3.0, "x", integer=True), int)
+    assert check_number(INT64_MAX, "x", INT64_MIN, INT64_MAX, integer=True) == INT64_MAX

@@ -82,3 +82,40 @@ def test_the_module_fails_with_the_refusal_before_probing(endpoints, errors, cap
     out = json.loads(capsys.readouterr().out)
     assert exc.value.code == 1 and not out.get("changed")
     assert out["msg"] == "\n".join(errors) and out["errors"] == errors
+
+
+@pytest.mark.parametrize(
+    ("args", "errors"),
+    [
+        # issue 43: interval nan made "monotonic() + nan > deadline" false, and time.sleep(nan) crashed
+        ({"interval": "nan"}, ["interval: expected a number of seconds above 0 and at most 3600, got nan"]),
+        # probe_timeout inf reached the HTTP client ("timeout doesn't fit into C timeval", or a hang)
+        (
+            {"probe_timeout": "inf"},
+            ["probe_timeout: expected a number of seconds above 0 and at most 3600, got inf"],
+        ),
+        (
+            {"probe_timeout": "1e300"},
+            ["probe_timeout: expected a number of seconds above 0 and at most 3600, got 1e+300"],
+        ),
+        ({"interval": -1}, ["interval: expected a number of seconds above 0 and at most 3600, got -1.0"]),
+        (
+            {"timeout": 10**30, "stable_probes": 0},
+            [
+                "timeout: expected a whole number of seconds from 0 to 86400, got an integer of 31 digits",
+                "stable_probes: expected a whole number from 1 to 1000, got 0",
+            ],
+        ),
+    ],
+)
+def test_numbers_outside_their_domain_are_refused_before_probing(args, errors, capsys, monkeypatch):
+    def no_probe(*_args, **_kwargs):
+        raise AssertionError("nothing may be probed")
+
+    monkeypatch.setattr(control_plane_health, "probe_component", no_probe)
+    monkeypatch.setattr(control_plane_health, "probe_discovery", no_probe)
+    with patch_module_args(args), pytest.raises(SystemExit) as exc:
+        control_plane_health.main()
+    out = json.loads(capsys.readouterr().out)
+    assert exc.value.code == 1 and not out.get("changed")
+    assert out["errors"] == errors

@@ -87,7 +87,21 @@ def test_a_missing_socket_fails_unless_missing_ok(tmp_path, capsys):
 
 def test_a_bad_timeout_is_refused_by_name(tmp_path, capsys):
     code, out = run_module({"socket": str(tmp_path / "kubelet.sock"), "timeout": -1}, capsys)
-    assert code == 1 and "timeout: expected a number of seconds above 0, got -1.0" in out["msg"]
+    assert (
+        code == 1
+        and "timeout: expected a number of seconds above 0 and at most 86400, got -1.0" in out["msg"]
+    )
+
+
+@pytest.mark.parametrize("bad", ["nan", "inf", "-inf", "1e300", "86401"])
+def test_a_timeout_outside_its_domain_is_refused_before_the_call(tmp_path, capsys, bad):
+    """issue 43: nan, inf or 1e300 passed the check (only "<= 0" was refused) and failed later in the socket
+    layer with Python's words (settimeout: "Invalid value NaN", "timeout doesn't fit into C timeval")."""
+    code, out = run_module(
+        {"socket": str(tmp_path / "kubelet.sock"), "timeout": bad, "missing_ok": True}, capsys
+    )
+    assert code == 1
+    assert "timeout: expected a number of seconds above 0 and at most 86400, got " in out["msg"]
 
 
 def test_the_documentation_names_every_option_and_return():

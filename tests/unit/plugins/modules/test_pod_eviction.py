@@ -84,7 +84,7 @@ def test_bad_input_is_refused_before_any_connection(monkeypatch, capsys):
     assert out["errors"] == [
         "pods[0].name is missing",
         "pods[1].namespace: expected a non-empty string, got integer",
-        "delay: expected a number of seconds above 0, got 0.0",
+        "delay: expected a number of seconds above 0 and at most 86400, got 0.0",
     ]
     assert out["msg"].startswith("pod eviction refused:\n- pods[0].name is missing")
 
@@ -154,12 +154,42 @@ def test_a_missing_kubeconfig_is_refused_naming_it(tmp_path, capsys):
     assert rc == 1 and out["msg"].startswith(f"kubeconfig {missing} does not exist")
 
 
-def test_a_bug_is_not_disguised(monkeypatch):
+def test_a_bug_is_not_disguised(monkeypatch, capsys):
+    """A bug fails the module with its class and its text (and its traceback; never as a refusal or a failed
+    request), and with the pods already evicted (issue 43: a late crash lost them)."""
     monkeypatch.setattr(mod, "PodApi", Api)
 
-    def broken(*_args, **_kwargs):
+    def broken(api, request, check_mode, result, *_args):
+        result["evicted"].append({"namespace": "team", "name": "b", "uid": None})
+        result["changed"] = True
         raise AttributeError("'NoneType' object has no attribute 'get'")
 
     monkeypatch.setattr(mod, "run", broken)
-    with patch_module_args({"pods": [{"namespace": "team", "name": "b"}]}), pytest.raises(AttributeError):
-        mod.main()
+    rc, out = run_main({"pods": [{"namespace": "team", "name": "b"}]}, capsys)
+    assert rc == 1
+    assert out["msg"] == (
+        "pod eviction: stopped by an unexpected error (AttributeError: 'NoneType' object has no attribute "
+        "'get'); evicted before that: team/b"
+    )
+    assert out["changed"] is True and out["evicted"] == [{"namespace": "team", "name": "b", "uid": None}]
+
+
+@pytest.mark.parametrize("delay", ["nan", "inf", "1e300", "-inf", "86401"])
+def test_a_delay_outside_its_domain_is_refused_before_any_eviction(monkeypatch, capsys, delay):
+    """issue 43: delay nan passed (nan < 0 and nan == 0 are both false); after b was evicted and a answered 429,
+    time.sleep(nan) crashed the module, and the answer saying that b was evicted was lost."""
+    monkeypatch.setattr(mod, "PodApi", Api)
+    rc, out = run_main(
+        {"pods": [{"namespace": "team", "name": "a"}, {"namespace": "team", "name": "b"}], "delay": delay},
+        capsys,
+    )
+    assert rc == 1 and "delay: expected a number of seconds above 0 and at most 86400, got " in out["msg"]
+    assert out["evicted"] == [] and out["changed"] is False
+    assert [c for c in Api.calls if c[0] == "evict"] == []
+
+
+@pytest.mark.parametrize("wait_timeout", [10**30, -1, 86401])
+def test_a_wait_timeout_outside_its_domain_is_refused(monkeypatch, capsys, wait_timeout):
+    monkeypatch.setattr(mod, "PodApi", Api)
+    rc, out = run_main({"pods": [{"namespace": "team", "name": "b"}], "wait_timeout": wait_timeout}, capsys)
+    assert rc == 1 and "wait_timeout: expected a whole number of seconds from 0 to 86400, got " in out["msg"]

@@ -55,3 +55,14 @@ def test_dra_node_plans_are_the_nodes_whose_mode_shares_by_dra(monkeypatch):
     monkeypatch.setitem(modes.MODES, extra.name, extra)
     node = {**plan["nodes"]["gpu-c"], "mode": extra.name}
     assert dra_node_plans([plan["nodes"]["gpu-b"], node]) == [node]
+
+
+# issue 43: "²" passed str.isdigit() and int() then failed with Python's words; "٣" became gpu-3
+@pytest.mark.parametrize("minor", ["²", "٣", "３", "-1", -1, True, 1.0, None])
+def test_device_name_takes_ascii_digits_only(minor):
+    with pytest.raises(DraError, match="is not a whole number >= 0"):
+        device_name(minor)
+
+
+def test_device_name_of_a_minor_number():
+    assert device_name(3) == device_name("3") == device_name(" 3 ") == "gpu-3"

@@ -129,10 +129,18 @@ def test_call_in_child_names_the_step_that_hung():
     )
 
 
-@pytest.mark.parametrize("bad", [0, -1, "30", True, None])
+@pytest.mark.parametrize("bad", [0, -1, "30", True, None, float("nan"), float("inf"), 1e300, 86400.5])
 def test_timeout_must_be_positive(bad):
-    with pytest.raises(GpuFactsError, match="timeout must be a positive number of seconds"):
+    """issue 43: nan, inf and 1e300 were taken (only "not above 0" was refused) and failed later."""
+    with pytest.raises(
+        GpuFactsError, match="timeout: expected a number of seconds above 0 and at most 86400, got "
+    ):
         deadline.check_timeout(bad)
+
+
+def test_the_longest_timeout_is_a_day():
+    assert deadline.check_timeout(86400) == 86400.0
+    assert deadline.check_timeout(0.001) == 0.001
 
 
 # --- the module, with a hanging nvidia-smi or NVML ------------------------------------------------
@@ -275,3 +283,17 @@ def test_cross_check_counts_attached_gpus_it_cannot_name():
     assert missing == []
     assert "missing: none of them named by bus id" in warnings[0]
     assert "nvidia-smi -q -x 2" in warnings[0]
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), 1e300, -1])
+def test_pod_resources_timeout_is_checked_before_anything_runs(bad):
+    """issue 43: nan passed read_pod_resources' "<= 0" check and crashed the module in the socket layer."""
+    params = {
+        "timeout": 30,
+        "pod_resources_socket": "/nonexistent/kubelet.sock",
+        "pod_resources_timeout": bad,
+    }
+    with pytest.raises(
+        GpuFactsError, match="pod_resources_timeout: expected a number of seconds above 0 and at most"
+    ):
+        facts.execute(params, None)

@@ -120,14 +120,14 @@ def test_checked_request_keeps_namespace_name_uid_and_drops_repeats():
             2,
             ["pods[1] t/a has uid u2, pods[0] names the same pod with uid u1"],
         ),
-        ([], True, 2, ["wait_timeout: expected a number of seconds, got boolean"]),
+        ([], True, 2, ["wait_timeout: expected a whole number of seconds from 0 to 86400, got a boolean"]),
         (
             [],
             -1,
             0,
             [
-                "wait_timeout: expected a number of seconds >= 0, got -1",
-                "delay: expected a number of seconds above 0, got 0",
+                "wait_timeout: expected a whole number of seconds from 0 to 86400, got -1",
+                "delay: expected a number of seconds above 0 and at most 86400, got 0",
             ],
         ),  # fmt: skip
         (
@@ -135,8 +135,8 @@ def test_checked_request_keeps_namespace_name_uid_and_drops_repeats():
             "5",
             None,
             [
-                "wait_timeout: expected a number of seconds, got string",
-                "delay: expected a number of seconds, got null",
+                "wait_timeout: expected a whole number of seconds from 0 to 86400, got '5'",
+                "delay: expected a number of seconds above 0 and at most 86400, got null",
             ],
         ),  # fmt: skip
     ],

@@ -461,7 +461,16 @@ def test_an_answer_that_does_not_decode(message, error):
 @pytest.mark.parametrize(
     ("kwargs", "error"),
     [
-        ({"timeout": 0}, "timeout: expected a number of seconds above 0, got 0"),
+        ({"timeout": 0}, "timeout: expected a number of seconds above 0 and at most 86400, got 0"),
+        (
+            {"timeout": float("nan")},
+            "timeout: expected a number of seconds above 0 and at most 86400, got nan",
+        ),
+        (
+            {"timeout": float("inf")},
+            "timeout: expected a number of seconds above 0 and at most 86400, got inf",
+        ),
+        ({"timeout": 1e300}, r"timeout: expected a number of seconds above 0 and at most 86400, got 1e\+300"),
         ({"prefixes": "nvidia.com/"}, "resource_prefixes: expected a list of strings"),
         ({"prefixes": ["", 3]}, "resource_prefixes: every entry must be a non-empty string"),
     ],
@@ -513,3 +522,17 @@ def test_a_trailers_only_error_coded_as_grpc_go_codes_it(tmp_path):
         with pytest.raises(pr.PodResourcesError) as err:
             pr.read_pod_resources(path, timeout=5)
     assert "gRPC status 7 PERMISSION_DENIED: permission denied: uid 1000 ü 100%" in str(err.value)
+
+
+@pytest.mark.parametrize("status", ["²", "٣", "７", "1e0", "-0", ""])
+def test_a_grpc_status_in_other_digits_is_unreadable(tmp_path, status):
+    """issue 43: grpc-status "²" passed str.isdigit() and int() then failed with Python's words; "٣" was read
+    as 3 (and "７" as 7). Only ASCII digits are a status; anything else is reported as unreadable."""
+    block = (
+        bytes([0x88]) + incremental("content-type", "application/grpc") + incremental("grpc-status", status)
+    )
+    handle = h2_server(h2_frame(grpc_unix.HEADERS, grpc_unix.END_HEADERS | grpc_unix.END_STREAM, 1, block))
+    with unix_server(tmp_path / "s.sock", handle) as path:
+        with pytest.raises(pr.PodResourcesError) as err:
+            pr.read_pod_resources(path, timeout=5)
+    assert f"failed with gRPC status {status} unreadable" in str(err.value)

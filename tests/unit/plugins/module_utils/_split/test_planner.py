@@ -516,12 +516,19 @@ def test_refuses_count_above_usable_mentions_mig():
     assert "2 more have MIG enabled" in err.errors[0]
 
 
+@pytest.mark.parametrize("value", ["²", "٣"])
+def test_refuses_an_index_in_other_digits(value):
+    err = refused("gpu-a", facts8(), "device_plugin", {"indices": [value]})
+    assert "indices" in err.errors[0] and repr(value) in err.errors[0]
+
+
 def test_refuses_host_count_above_usable():
     err = refused("gpu-a", facts8(), "device_plugin", {"host_count": 9})
     assert err.errors[0].startswith("gpu-a: split.host_count 9 is more than the 8 usable GPU(s)")
 
 
-@pytest.mark.parametrize("value", [-1, True, "two", 1.5])
+# issue 43: "²" passed str.isdigit() and int() then failed with Python's words; "٣" and "２" were read as 3 and 2
+@pytest.mark.parametrize("value", [-1, True, "two", 1.5, "²", "٣", "２", "1_0"])
 def test_refuses_bad_count(value):
     err = refused("gpu-a", facts8(), "device_plugin", {"count": value})
     assert err.errors == [f"gpu-a: split.count: {value!r} is not a whole number >= 0"]
