@@ -147,10 +147,10 @@ def check_number(value, name, low=None, high=None, integer=False, above=False, u
         ok = value <= high
     if ok:
         return int(value) if integer else value
-    raise error(number_refusal(value, name, low, high, integer, above, unit))
+    raise error(number_text(value, name, low, high, integer, above, unit))
 
 
-def number_refusal(value, name, low=None, high=None, integer=False, above=False, unit=""):
+def number_text(value, name, low=None, high=None, integer=False, above=False, unit=""):
     """The message of :func:`check_number` for ``value``: the field, the number it takes, what was given."""
     kind = ("a whole number" if integer else "a number") + (f" of {unit}" if unit else "")
     if low is not None and high is not None:
