@@ -10,6 +10,15 @@ message, then frames are read until the stream ends: the server's SETTINGS are a
 PINGs answered, its header blocks decoded (the dynamic table included), so that ``grpc-status`` and
 ``grpc-message`` are known whichever way the server coded them. RFC 9113 (HTTP/2) and the gRPC
 "PROTOCOL-HTTP2" description are the references. Standard library only, Python 3.8+.
+
+Everything a server sends is bounded, each limit named in the refusal when it is passed: ``timeout``
+bounds the whole call (connecting, every read and write, and the work between them: checked before
+each frame), frames are at most MAX_FRAME octets (the SETTINGS_MAX_FRAME_SIZE this client keeps at its
+default), a header block at most MAX_HEADER_BLOCK octets however many CONTINUATION frames carry it, its
+decoded fields at most MAX_HEADER_LIST octets (advertised as SETTINGS_MAX_HEADER_LIST_SIZE), a call at
+most two header blocks (headers and trailers), the answer at most ``max_answer`` octets (MAX_ANSWER).
+What grpc-go refuses is refused too: more than one message in a unary answer, an answer without
+trailers (no grpc-status), a header field that is not UTF-8.
 """
 
 from __future__ import annotations
@@ -39,6 +48,12 @@ PADDED = 0x8
 PRIORITY_FLAG = 0x20
 SETTINGS_ENABLE_PUSH = 0x2
 SETTINGS_INITIAL_WINDOW_SIZE = 0x4
+SETTINGS_MAX_HEADER_LIST_SIZE = 0x6
+MAX_FRAME = 16384  # SETTINGS_MAX_FRAME_SIZE: this client never raises it from its initial value
+MAX_HEADER_BLOCK = 65536  # one header block as sent (HEADERS and its CONTINUATION frames)
+MAX_HEADER_LIST = 65536  # one header block decoded: names, values and 32 octets per field (RFC 9113 6.5.2)
+MAX_HEADER_BLOCKS = 2  # the headers and the trailers of the one stream
+MAX_ANSWER = 16 << 20  # octets of the answer (grpc-go's default limit is 4 MiB)
 MAX_WINDOW = (1 << 31) - 1
 DEFAULT_WINDOW = 65535
 WINDOW_REFILL = 1 << 20  # octets received before the windows are given back what was read
@@ -274,6 +289,11 @@ class Connection:
         length = int.from_bytes(self.buffer[:3], "big")
         kind, flags = self.buffer[3], self.buffer[4]
         stream = int.from_bytes(self.buffer[5:9], "big") & 0x7FFFFFFF
+        if length > MAX_FRAME:
+            raise GrpcCallError(
+                f"{self.name}: the server sent a frame of {length} octets, above the {MAX_FRAME} this client "
+                "allows (SETTINGS_MAX_FRAME_SIZE, MAX_FRAME); refusing to read it"
+            )
         if not self.fill(9 + length):
             raise GrpcCallError(
                 f"{self.name}: the connection closed inside a frame ({length} octets announced)"
@@ -298,7 +318,7 @@ def first_line(data):
     return data.split(b"\r\n", 1)[0].split(b"\n", 1)[0][:120].decode("latin-1")
 
 
-def call(path, method, message=b"", timeout=10.0, max_answer=256 << 20):
+def call(path, method, message=b"", timeout=10.0, max_answer=MAX_ANSWER):
     """The answer message (bytes) of the unary gRPC ``method`` (e.g. ``/v1.PodResourcesLister/List``)
     with the request ``message``, over the unix socket ``path``. Every failure is a GrpcCallError
     (``SocketMissingError``, ``CallTimeoutError``, ``GrpcStatusError``) whose text names ``path``."""
@@ -320,7 +340,7 @@ class Exchange:
         self.method = method
         self.message = message
         self.max_answer = max_answer
-        self.decoder = HpackDecoder()
+        self.decoder = HpackDecoder(max_list_size=MAX_HEADER_LIST)
         self.header_blocks = []  # decoded header blocks of our stream: [headers, trailers]
         self.pending = None  # (flags, fragment) of a header block awaiting CONTINUATION
         self.body = bytearray()
@@ -329,8 +349,10 @@ class Exchange:
         self.said = []  # what the server said besides headers (GOAWAY, RST_STREAM)
 
     def request(self):
-        settings = struct.pack(">HI", SETTINGS_ENABLE_PUSH, 0) + struct.pack(
-            ">HI", SETTINGS_INITIAL_WINDOW_SIZE, MAX_WINDOW
+        settings = (
+            struct.pack(">HI", SETTINGS_ENABLE_PUSH, 0)
+            + struct.pack(">HI", SETTINGS_INITIAL_WINDOW_SIZE, MAX_WINDOW)
+            + struct.pack(">HI", SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST)
         )
         headers = encode_headers(
             [
@@ -354,6 +376,7 @@ class Exchange:
         self.conn.send(self.request())
         self.check_server_preface()
         while not self.ended:
+            self.conn.remaining()  # the whole call's deadline, also where frames come faster than it is read
             got = self.conn.read_frame()
             if got is None:
                 raise GrpcCallError(self.closed_refusal())
@@ -437,14 +460,26 @@ class Exchange:
             raise GrpcCallError(f"{self.name}: a CONTINUATION frame without a header block")
         else:
             self.pending[1].extend(payload)
+        if len(self.pending[1]) > MAX_HEADER_BLOCK:
+            raise GrpcCallError(
+                f"{self.name}: the server's header block is larger than {MAX_HEADER_BLOCK} octets "
+                "(MAX_HEADER_BLOCK, CONTINUATION frames included); refusing to read more"
+            )
         if not flags & END_HEADERS:
             return
         first_flags, block = self.pending
         self.pending = None
+        if len(self.header_blocks) >= MAX_HEADER_BLOCKS:
+            raise GrpcCallError(
+                f"{self.name}: the server sent more than {MAX_HEADER_BLOCKS} header blocks (headers and trailers) "
+                "on the call"
+            )
         try:
             self.header_blocks.append(self.decoder.decode(block))
         except HpackError as exc:
-            raise exc.prefixed(f"{self.name}: the server's header block does not decode: ") from None
+            raise GrpcCallError(
+                exc.prefixed(f"{self.name}: the server's header block does not decode: ").errors
+            ) from None
         if first_flags & END_STREAM:
             self.ended = True
 
@@ -493,6 +528,15 @@ class Exchange:
         messages = self.messages()
         if not messages:
             raise GrpcCallError(f"{self.name}: the call ended without a message" + self.said_text())
+        if len(messages) > 1:
+            raise GrpcCallError(
+                f"{self.name}: the answer holds {len(messages)} messages; a unary call answers with one"
+            )
+        if "grpc-status" not in fields:
+            raise GrpcCallError(
+                f"{self.name}: the call ended without trailers (no grpc-status): the answer may be cut off"
+                + self.said_text()
+            )
         return messages[0]
 
     def messages(self):

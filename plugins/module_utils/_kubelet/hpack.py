@@ -186,8 +186,9 @@ def encode_headers(fields):
 class HpackDecoder:
     """The decoding side of one HTTP/2 connection: its dynamic table lives across header blocks."""
 
-    def __init__(self, max_table_size=DEFAULT_TABLE_SIZE):
+    def __init__(self, max_table_size=DEFAULT_TABLE_SIZE, max_list_size=65536):
         self.limit = max_table_size  # what we allow (our SETTINGS_HEADER_TABLE_SIZE)
+        self.max_list_size = max_list_size  # one decoded block: names, values and 32 octets per field
         self.max_size = max_table_size  # what the encoder chose (dynamic table size update)
         self.table = []  # newest first: (name bytes, value bytes)
         self.size = 0
@@ -249,17 +250,42 @@ class HpackDecoder:
         return (huffman_decode(raw) if huffman else raw), pos + length
 
     def decode(self, block):
-        """[(name, value), ...] of one complete header block, as text."""
+        """[(name, value), ...] of one complete header block, as text; HpackError where a field is not UTF-8."""
+        out = []
+        for name, value in self.decode_raw(block):
+            try:
+                out.append((name.decode("utf-8"), value.decode("utf-8")))
+            except UnicodeDecodeError:
+                raise HpackError(f"a header field is not UTF-8: {name[:40]!r}: {value[:40]!r}") from None
+        return out
+
+    def decode_raw(self, block):
+        """[(name, value), ...] of one complete header block, as octets. Refused (HpackError): anything
+        RFC 7541 calls a decoding error, a dynamic table size update after the block's first field
+        (section 4.2), and a block whose fields take more than ``max_list_size`` octets (names, values and
+        32 octets per field, as SETTINGS_MAX_HEADER_LIST_SIZE counts them)."""
         block = bytearray(block)
         fields = []
         pos = 0
+        size_of_list = 0
         while pos < len(block):
             octet = block[pos]
+            if fields:
+                size_of_list += len(fields[-1][0]) + len(fields[-1][1]) + 32
+                if size_of_list > self.max_list_size:
+                    raise HpackError(
+                        f"a header block decodes to more than {self.max_list_size} octets of fields "
+                        "(SETTINGS_MAX_HEADER_LIST_SIZE); refusing to read more"
+                    )
             if octet & 0x80:  # indexed header field
                 index, pos = self.integer(block, pos, 7)
                 fields.append(self.entry(index))
                 continue
             if octet & 0xE0 == 0x20:  # dynamic table size update
+                if fields:
+                    raise HpackError(
+                        "a dynamic table size update comes after a header field; it must open the block"
+                    )
                 size, pos = self.integer(block, pos, 5)
                 if size > self.limit:
                     raise HpackError(
@@ -278,4 +304,11 @@ class HpackDecoder:
             if indexing:
                 self.add(name, value)
             fields.append((name, value))
-        return [(n.decode("utf-8", "replace"), v.decode("utf-8", "replace")) for n, v in fields]
+        if fields:
+            size_of_list += len(fields[-1][0]) + len(fields[-1][1]) + 32
+            if size_of_list > self.max_list_size:
+                raise HpackError(
+                    f"a header block decodes to more than {self.max_list_size} octets of fields "
+                    "(SETTINGS_MAX_HEADER_LIST_SIZE); refusing to read more"
+                )
+        return fields

@@ -23,7 +23,14 @@ and the answer is decoded here by hand, field numbers from the kubelet's own
                     string device_name = 4; }
     CDIDevice { string name = 1; }
 
-Fields not listed (CPU ids, memory, fields of later releases) are skipped, as protobuf readers do.
+Fields not listed (CPU ids, memory, fields of later releases, groups) are skipped, as protobuf readers do;
+what protobuf's own reader refuses is refused here too (a string that is not UTF-8, a tag beyond 32 bits,
+field number 0, a varint of more than 10 octets, a group that does not end), and a varint is cut to 64 bits
+as protobuf cuts it (tests/unit/plugins/module_utils/_kubelet/test_pod_resources_differential.py compares
+the two). The answer's size is bounded by the gRPC client (grpc_unix.MAX_ANSWER); what it may list is
+bounded here, each limit named when it is passed: MAX_PODS pods, MAX_DEVICES device ids and claim
+devices, MAX_FIELDS protobuf fields in all (an answer of millions of empty entries is refused early,
+rather than ending in MemoryError).
 """
 
 from __future__ import annotations
@@ -39,7 +46,12 @@ DEFAULT_SOCKET = "/var/lib/kubelet/pod-resources/kubelet.sock"
 LIST_METHOD = "/v1.PodResourcesLister/List"
 DEFAULT_PREFIXES = ("nvidia.com/",)
 DEFAULT_TIMEOUT = 10.0
-VARINT, FIXED64, LENGTH, FIXED32 = 0, 1, 2, 5
+VARINT, FIXED64, LENGTH, START_GROUP, END_GROUP, FIXED32 = 0, 1, 2, 3, 4, 5
+MAX_PODS = 10000  # a kubelet runs at most a few hundred (--max-pods, 110 by default)
+MAX_DEVICES = 100000  # device ids and DRA claim devices, all pods together
+MAX_FIELDS = 1000000  # protobuf fields of the whole answer, at every depth
+MAX_DEPTH = 64  # nested groups (protobuf's own limit is 100)
+UINT64 = (1 << 64) - 1
 
 
 class PodResourcesError(GpusplitError):
@@ -49,7 +61,24 @@ class PodResourcesError(GpusplitError):
 # ---- protobuf ---------------------------------------------------------------------------------
 
 
+class Budget:
+    """What one answer may still list: pods, devices and fields, each limit named when it is passed."""
+
+    def __init__(self, pods=MAX_PODS, devices=MAX_DEVICES, fields=MAX_FIELDS):
+        self.left = {"pods": pods, "devices": devices, "fields": fields}
+        self.limits = dict(self.left)
+
+    def take(self, kind, count=1):
+        self.left[kind] -= count
+        if self.left[kind] < 0:
+            raise PodResourcesError(
+                f"the answer lists more than {self.limits[kind]} {kind} (the limit of this client: "
+                f"MAX_{kind.upper()}); refusing to read more"
+            )
+
+
 def read_varint(buf, pos, what):
+    """(value, next position) of the varint at ``pos``: at most 10 octets, cut to 64 bits as protobuf does."""
     value = shift = 0
     while True:
         if pos >= len(buf):
@@ -58,95 +87,127 @@ def read_varint(buf, pos, what):
         pos += 1
         value |= (octet & 0x7F) << shift
         if not octet & 0x80:
-            return value, pos
+            return value & UINT64, pos
         shift += 7
         if shift >= 70:
             raise PodResourcesError(f"the answer holds a number of {what} longer than 10 octets")
 
 
-def fields(buf, what):
+def read_field(buf, pos, what, depth=0):
+    """(number, wire type, value, next position) of the field at ``pos``; a group is skipped whole (its
+    value None)."""
+    key, pos = read_varint(buf, pos, what)
+    number, wire = key >> 3, key & 7
+    if key > 0xFFFFFFFF:
+        raise PodResourcesError(f"the answer holds a field tag beyond 32 bits in {what}")
+    if number == 0:
+        raise PodResourcesError(f"the answer holds field number 0 in {what}")
+    if wire == VARINT:
+        value, pos = read_varint(buf, pos, what)
+    elif wire in (FIXED64, FIXED32, LENGTH):
+        if wire == LENGTH:
+            size, pos = read_varint(buf, pos, what)
+        else:
+            size = 8 if wire == FIXED64 else 4
+        if pos + size > len(buf):
+            raise PodResourcesError(f"the answer is cut off inside field {number} of {what}")
+        value = buf[pos : pos + size]
+        pos += size
+    elif wire == START_GROUP:
+        if depth >= MAX_DEPTH:
+            raise PodResourcesError(f"the answer nests groups deeper than {MAX_DEPTH} in {what}")
+        while True:
+            if pos >= len(buf):
+                raise PodResourcesError(f"the answer is cut off inside group {number} of {what}")
+            inner, inner_wire, _value, pos = read_field(buf, pos, what, depth + 1)
+            if inner_wire == END_GROUP:
+                if inner != number:
+                    raise PodResourcesError(f"group {number} of {what} ends as group {inner}")
+                break
+        value = None
+    elif wire == END_GROUP:
+        if depth == 0:
+            raise PodResourcesError(f"the answer ends group {number} that never began, in {what}")
+        value = None
+    else:
+        raise PodResourcesError(
+            f"the answer holds wire type {wire} (field {number} of {what}), which protobuf does not have"
+        )
+    return number, wire, value, pos
+
+
+def fields(buf, what, budget=None):
     """(field number, wire type, value) of each field of the message ``buf``: an int for varints,
-    a memoryview for length-delimited and fixed-size fields."""
+    a memoryview for length-delimited and fixed-size fields; groups are skipped. Each field is taken
+    from ``budget`` (a :class:`Budget`) when one is given."""
     buf = memoryview(buf)
     pos = 0
     while pos < len(buf):
-        key, pos = read_varint(buf, pos, what)
-        number, wire = key >> 3, key & 7
-        if number == 0:
-            raise PodResourcesError(f"the answer holds field number 0 in {what}")
-        if wire == VARINT:
-            value, pos = read_varint(buf, pos, what)
-        elif wire in (FIXED64, FIXED32, LENGTH):
-            if wire == LENGTH:
-                size, pos = read_varint(buf, pos, what)
-            else:
-                size = 8 if wire == FIXED64 else 4
-            if pos + size > len(buf):
-                raise PodResourcesError(f"the answer is cut off inside field {number} of {what}")
-            value = buf[pos : pos + size]
-            pos += size
-        else:
-            raise PodResourcesError(
-                f"the answer holds wire type {wire} (field {number} of {what}), which proto3 never writes"
-            )
-        yield number, wire, value
+        if budget is not None:
+            budget.take("fields")
+        number, wire, value, pos = read_field(buf, pos, what)
+        if wire not in (START_GROUP, END_GROUP):
+            yield number, wire, value
 
 
-def text(value):
-    return bytes(value).decode("utf-8", "replace")
+def text(value, what="a string"):
+    """A protobuf string: UTF-8, as protobuf's own reader demands (replacing bad octets could make two
+    device ids one)."""
+    try:
+        return bytes(value).decode("utf-8")
+    except UnicodeDecodeError:
+        raise PodResourcesError(f"the answer holds {what} that is not UTF-8: {bytes(value)[:40]!r}") from None
 
 
 def signed64(value):
     return value - (1 << 64) if value >= 1 << 63 else value
 
 
-def decode_devices(buf):
+def decode_devices(buf, budget):
     out = {"resource_name": "", "device_ids": [], "numa_nodes": []}
-    for number, wire, value in fields(buf, "ContainerDevices"):
+    for number, wire, value in fields(buf, "ContainerDevices", budget):
         if number == 1 and wire == LENGTH:
-            out["resource_name"] = text(value)
+            out["resource_name"] = text(value, "a resource name")
         elif number == 2 and wire == LENGTH:
-            out["device_ids"].append(text(value))
+            budget.take("devices")
+            out["device_ids"].append(text(value, "a device id"))
         elif number == 3 and wire == LENGTH:
-            for n_number, n_wire, node in fields(value, "TopologyInfo"):
-                if n_number == 1 and n_wire == LENGTH:
-                    numa = 0
-                    for i_number, i_wire, ident in fields(node, "NUMANode"):
-                        if i_number == 1 and i_wire == VARINT:
-                            numa = signed64(ident)
-                    out["numa_nodes"].append(numa)
+            out["numa_nodes"].extend(numa_nodes(value, budget))
     return out
 
 
-def decode_claim_resource(buf):
+def decode_claim_resource(buf, budget):
     out = {"driver": "", "pool": "", "device": "", "cdi_devices": []}
-    for number, wire, value in fields(buf, "ClaimResource"):
+    for number, wire, value in fields(buf, "ClaimResource", budget):
         if wire != LENGTH:
             continue
         if number == 1:
-            out["cdi_devices"].extend(
-                text(v) for n, w, v in fields(value, "CDIDevice") if n == 1 and w == LENGTH
-            )
+            name = None
+            for n, w, v in fields(value, "CDIDevice", budget):
+                if n == 1 and w == LENGTH:
+                    name = text(v, "a CDI device name")
+            out["cdi_devices"].append(name or "")
         elif number == 2:
-            out["driver"] = text(value)
+            out["driver"] = text(value, "a driver name")
         elif number == 3:
-            out["pool"] = text(value)
+            out["pool"] = text(value, "a pool name")
         elif number == 4:
-            out["device"] = text(value)
+            out["device"] = text(value, "a device name")
     return out
 
 
-def decode_dynamic_resource(buf):
+def decode_dynamic_resource(buf, budget):
     out = {"claim_name": "", "claim_namespace": "", "devices": []}
-    for number, wire, value in fields(buf, "DynamicResource"):
+    for number, wire, value in fields(buf, "DynamicResource", budget):
         if wire != LENGTH:
             continue
         if number == 2:
-            out["claim_name"] = text(value)
+            out["claim_name"] = text(value, "a claim name")
         elif number == 3:
-            out["claim_namespace"] = text(value)
+            out["claim_namespace"] = text(value, "a claim namespace")
         elif number == 4:
-            out["devices"].append(decode_claim_resource(value))
+            budget.take("devices")
+            out["devices"].append(decode_claim_resource(value, budget))
     return out
 
 
@@ -164,42 +225,79 @@ def merge_devices(entries):
     return list(merged.values())
 
 
-def decode_container(buf):
+def numa_nodes(buf, budget):
+    """The NUMA node ids of a TopologyInfo message."""
+    out = []
+    for number, wire, node in fields(buf, "TopologyInfo", budget):
+        if number == 1 and wire == LENGTH:
+            numa = 0
+            for i_number, i_wire, ident in fields(node, "NUMANode", budget):
+                if i_number == 1 and i_wire == VARINT:
+                    numa = signed64(ident)
+            out.append(numa)
+    return out
+
+
+def check_packed_varints(buf, what):
+    """A packed repeated integer field (cpu_ids): read only to refuse what protobuf refuses."""
+    pos = 0
+    while pos < len(buf):
+        _value, pos = read_varint(buf, pos, what)
+
+
+def check_memory(buf, budget):
+    """A ContainerMemory message: not used, but read as protobuf reads it, so that what protobuf refuses
+    (a memory type that is not UTF-8) is refused here too."""
+    for number, wire, value in fields(buf, "ContainerMemory", budget):
+        if number == 1 and wire == LENGTH:
+            text(value, "a memory type")
+        elif number == 3 and wire == LENGTH:
+            numa_nodes(value, budget)
+
+
+def decode_container(buf, budget):
     out = {"name": "", "devices": [], "dynamic_resources": []}
-    for number, wire, value in fields(buf, "ContainerResources"):
+    for number, wire, value in fields(buf, "ContainerResources", budget):
         if wire != LENGTH:
             continue
         if number == 1:
-            out["name"] = text(value)
+            out["name"] = text(value, "a container name")
         elif number == 2:
-            out["devices"].append(decode_devices(value))
+            out["devices"].append(decode_devices(value, budget))
+        elif number == 3:
+            check_packed_varints(value, "ContainerResources.cpu_ids")
+        elif number == 4:
+            check_memory(value, budget)
         elif number == 5:
-            out["dynamic_resources"].append(decode_dynamic_resource(value))
+            out["dynamic_resources"].append(decode_dynamic_resource(value, budget))
     out["devices"] = merge_devices(out["devices"])
     return out
 
 
-def decode_pod(buf):
+def decode_pod(buf, budget):
     out = {"namespace": "", "name": "", "containers": []}
-    for number, wire, value in fields(buf, "PodResources"):
+    for number, wire, value in fields(buf, "PodResources", budget):
         if wire != LENGTH:
             continue
         if number == 1:
-            out["name"] = text(value)
+            out["name"] = text(value, "a pod name")
         elif number == 2:
-            out["namespace"] = text(value)
+            out["namespace"] = text(value, "a namespace")
         elif number == 3:
-            out["containers"].append(decode_container(value))
+            out["containers"].append(decode_container(value, budget))
     return out
 
 
-def decode_list_response(buf):
-    """The pods of a ``ListPodResourcesResponse`` message: [{namespace, name, containers}]."""
-    return [
-        decode_pod(value)
-        for number, wire, value in fields(buf, "ListPodResourcesResponse")
-        if number == 1 and wire == LENGTH
-    ]
+def decode_list_response(buf, budget=None):
+    """The pods of a ``ListPodResourcesResponse`` message: [{namespace, name, containers}]; at most what
+    ``budget`` (by default a new :class:`Budget`) allows."""
+    budget = Budget() if budget is None else budget
+    pods = []
+    for number, wire, value in fields(buf, "ListPodResourcesResponse", budget):
+        if number == 1 and wire == LENGTH:
+            budget.take("pods")
+            pods.append(decode_pod(value, budget))
+    return pods
 
 
 # ---- the answer ---------------------------------------------------------------------------------

@@ -1,6 +1,6 @@
 """The differential tests need Hypothesis and tomllib (the project's venv, Python 3.11+); under a managed-host
 Python without them (tools/multi_python_tests.py) those files are not collected at all, rather than skipped.
-tests/unit/plugins/module_utils/_kubelet/test_differential_oracles.py fails where the project's venv lacks them."""
+tests/unit/plugins/module_utils/_kubelet/test_hpack_differential.py fails where the project's venv lacks them."""
 
 from __future__ import annotations
 

@@ -13,10 +13,12 @@ import contextlib
 import errno
 import importlib
 import os
+import re
 import socket
 import socketserver
 import struct
 import threading
+import time
 
 import pytest
 
@@ -449,8 +451,15 @@ def standin_free_message():
     [
         (b"\x0a\x04\x0a\x03ab", "cut off inside field 1 of PodResources"),
         (b"\x0a", "cut off inside a number of ListPodResourcesResponse"),
-        (b"\x0b", "wire type 3"),
+        (b"\x0b", "cut off inside group 1 of ListPodResourcesResponse"),
+        (b"\x0b\x14", "group 1 of ListPodResourcesResponse ends as group 2"),
+        (b"\x0c", "ends group 1 that never began"),
+        (b"\x0e", "wire type 6"),
         (b"\x02\x00", "field number 0"),
+        (b"\xf8\xff\xff\xff\x1f\x00", "a field tag beyond 32 bits"),
+        (b"\x08" + b"\xff" * 10 + b"\x01", "longer than 10 octets"),
+        # issue 43: invalid UTF-8 was replaced, so that two device ids could become one holder
+        (b"\x0a\x05\x0a\x03\xff\xfe\xfd", "a pod name that is not UTF-8"),
     ],
 )
 def test_an_answer_that_does_not_decode(message, error):
@@ -536,3 +545,34 @@ def test_a_grpc_status_in_other_digits_is_unreadable(tmp_path, status):
         with pytest.raises(pr.PodResourcesError) as err:
             pr.read_pod_resources(path, timeout=5)
     assert f"failed with gRPC status {status} unreadable" in str(err.value)
+
+
+def test_a_varint_beyond_64_bits_is_cut_as_protobuf_cuts_it():
+    """issue 43: a 10-octet varint kept its 70 bits (a NUMA node of 2**69 - 1); protobuf keeps the low 64."""
+    numa = b"\x08" + b"\xff" * 9 + b"\x7f"  # NUMANode.ID: 64 bits of ones, then six more
+    topology = b"\x0a" + bytes([len(numa)]) + numa
+    devices = b"\x0a\x01r" + b"\x12\x01d" + b"\x1a" + bytes([len(topology)]) + topology
+    container = b"\x0a\x01c" + b"\x12" + bytes([len(devices)]) + devices
+    message = b"\x0a" + bytes([len(container) + 2]) + b"\x1a" + bytes([len(container)]) + container
+    assert pr.decode_list_response(message)[0]["containers"][0]["devices"][0]["numa_nodes"] == [-1]
+
+
+@pytest.mark.parametrize(
+    ("message", "limits", "error"),
+    [
+        # issue 43: 24 MiB of empty pods ended in MemoryError after 49 s
+        (b"\x0a\x00" * 11, {"pods": 10}, "more than 10 pods (the limit of this client: MAX_PODS)"),
+        (b"\x0a\x0a\x1a\x08\x12\x06\x12\x01a\x12\x01b", {"devices": 1}, "more than 1 devices"),
+        (b"\x10\x00" * 6, {"fields": 5}, "more than 5 fields"),
+    ],
+)
+def test_what_an_answer_lists_is_bounded(message, limits, error):
+    with pytest.raises(pr.PodResourcesError, match=re.escape(error)):
+        pr.decode_list_response(message, pr.Budget(**limits))
+
+
+def test_the_default_limits_stop_a_flood_of_empty_pods_quickly():
+    started = time.monotonic()
+    with pytest.raises(pr.PodResourcesError, match="more than 10000 pods"):
+        pr.decode_list_response(b"\x0a\x00" * (1 << 20))
+    assert time.monotonic() - started < 5
