@@ -175,7 +175,8 @@ def main():
             result.pop("warnings", None)
             done = ", ".join(f"{e['namespace']}/{e['name']}" for e in result["evicted"]) or "none"
             module.fail_json(
-                msg=f"{TITLE}: stopped by an unexpected error ({type(exc).__name__}: {exc}); evicted before that: {done}",
+                msg=f"{TITLE}: stopped by an unexpected error, a bug ({exc}; the traceback is in the result's "
+                f"exception); evicted before that: {done}",
                 exception=traceback.format_exc(),
                 **result,
             )

@@ -155,7 +155,7 @@ def test_a_missing_kubeconfig_is_refused_naming_it(tmp_path, capsys):
 
 
 def test_a_bug_is_not_disguised(monkeypatch, capsys):
-    """A bug fails the module with its class and its text (and its traceback; never as a refusal or a failed
+    """A bug fails the module as one, with its text (and its traceback; never as a refusal or a failed
     request), and with the pods already evicted (issue 43: a late crash lost them)."""
     monkeypatch.setattr(mod, "PodApi", Api)
 
@@ -168,8 +168,8 @@ def test_a_bug_is_not_disguised(monkeypatch, capsys):
     rc, out = run_main({"pods": [{"namespace": "team", "name": "b"}]}, capsys)
     assert rc == 1
     assert out["msg"] == (
-        "pod eviction: stopped by an unexpected error (AttributeError: 'NoneType' object has no attribute "
-        "'get'); evicted before that: team/b"
+        "pod eviction: stopped by an unexpected error, a bug ('NoneType' object has no attribute 'get'; the "
+        "traceback is in the result's exception); evicted before that: team/b"
     )
     assert out["changed"] is True and out["evicted"] == [{"namespace": "team", "name": "b", "uid": None}]
 
