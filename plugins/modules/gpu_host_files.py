@@ -41,9 +41,18 @@ options:
       accept-nvidia-visible-devices-envvar-when-unprivileged: false
       accept-nvidia-visible-devices-as-volume-mounts: true
   toolkit_backup:
-    description: Copy O(toolkit_path) to C(<path>.gpusplit-<UTC timestamp>.bak) before changing it.
+    description:
+      - Copy O(toolkit_path) to C(<path>.gpusplit-<UTC timestamp>.bak) before changing it (through a temporary
+        file, synced, with the file's mode and owner). The copy is removed again when the write is refused.
     type: bool
     default: true
+  follow_links:
+    description:
+      - Write through a file that is a symbolic link (O(toolkit_path), O(env_path), a drop-in) to the file it
+        points to, keeping that file's mode and owner.
+      - By default such a link is refused before anything changes, so that no other file is changed through it.
+    type: bool
+    default: false
   toolkit_refusal:
     description:
       - A refusal decided on the controller that applies only where the toolkit is installed. When

@@ -51,7 +51,11 @@ options:
     type: bool
     default: false
   backup:
-    description: With O(path), keep a timestamped copy of the file next to it before writing.
+    description:
+      - With O(path), keep a copy of the file next to it, C(<path>.gpusplit-<UTC timestamp>.bak), before writing
+        (through a temporary file, synced, with the file's mode and owner); it is removed again when the write
+        is refused.
+      - O(path) must not be a symbolic link then (nothing is written through a link to another file).
     type: bool
     default: false
 requirements:
@@ -150,7 +154,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.module
     writing,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import read_text, write_atomic
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import read_text, write_with_backup
 
 
 def _merge(p: dict, text: str):
@@ -227,10 +231,10 @@ def run(module: AnsibleModule) -> dict:
     if module._diff:
         result["diff"] = {"before": text, "after": new_text}
     if result["changed"] and path and not module.check_mode:
-        if p["backup"]:
-            result["backup_file"] = module.backup_local(path)
-        with fail_on_refusal(module, **result), writing(path):
-            write_atomic(module, path, new_text)
+        with fail_on_refusal(module, **dict(result, changed=False)), writing(path):
+            backup = write_with_backup(module, path, new_text, "beside" if p["backup"] else None, option=None)
+        if backup:
+            result["backup_file"] = backup
     return result
 
 

@@ -46,9 +46,16 @@ options:
       accept-nvidia-visible-devices-as-volume-mounts: true
   backup:
     description:
-      - Copy the file to C(<path>.gpusplit-<UTC timestamp>.bak) before changing it.
+      - Copy the file to C(<path>.gpusplit-<UTC timestamp>.bak) before changing it (through a temporary file,
+        synced, with the file's mode and owner). The copy is removed again when the write is refused.
     type: bool
     default: true
+  follow:
+    description:
+      - When O(path) is a symbolic link, edit the file it points to (keeping that file's mode and owner).
+      - By default a link is refused, so that no other file is changed through it.
+    type: bool
+    default: false
   create:
     description:
       - Create the file (and its directory) when it does not exist.
@@ -127,10 +134,10 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
-    backup_beside,
+    check_link,
     file_diff,
     read_text,
-    write_atomic,
+    write_with_backup,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.toolkit_config import (
     DEFAULT_PATH,
@@ -151,7 +158,9 @@ def run(module):
     exists = os.path.exists(real)
     if not exists and not p["create"]:
         module.fail_json(msg=not_installed_message(path), path=path, missing=True)
-    with fail_on_refusal(module, path=path):
+    with fail_on_refusal(module, path=path, changed=False):
+        if not p["follow"]:
+            check_link(path)
         return _run(module, p, path, real, exists)
 
 
@@ -179,9 +188,16 @@ def _run(module, p, path, real, exists):
     try:
         if not exists:
             os.makedirs(os.path.dirname(os.path.abspath(real)), mode=0o755, exist_ok=True)
-        elif p["backup"]:
-            result["backup_file"] = backup_beside(real)
-        write_atomic(module, real, edit["text"], new_file=not exists)
+        backup = write_with_backup(
+            module,
+            path,
+            edit["text"],
+            "beside" if p["backup"] else None,
+            new_file=not exists,
+            follow=p["follow"],
+        )
+        if backup:
+            result["backup_file"] = backup
     except OSError as exc:
         raise GpusplitError(f"cannot write {path}: {exc}") from None
     return result
@@ -193,6 +209,7 @@ def main():
             path=dict(type="path", default=DEFAULT_PATH),
             settings=dict(type="dict", default=dict(HARDENING_SETTINGS)),
             backup=dict(type="bool", default=True),
+            follow=dict(type="bool", default=False),
             create=dict(type="bool", default=False),
             state=dict(type="str", choices=["present"], default="present"),
         ),

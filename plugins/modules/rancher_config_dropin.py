@@ -224,10 +224,13 @@ def _flags_of(text: str, what: str) -> dict:
 
 def _backup(module, path: str, backup_dir: str | None, dropin_dir: str) -> str:
     if not backup_dir:
-        module.fail_json(msg=f"backup_dir is required to change or remove the existing drop-in {path}")
+        module.fail_json(
+            msg=f"backup_dir is required to change or remove the existing drop-in {path}", changed=False
+        )
     if is_inside(backup_dir, dropin_dir):
         module.fail_json(
-            msg=f"backup_dir {backup_dir} is {dropin_dir} or inside it; k3s/rke2 read the files there"
+            msg=f"backup_dir {backup_dir} is {dropin_dir} or inside it; k3s/rke2 read the files there",
+            changed=False,
         )
     if module.check_mode:
         return ""
@@ -240,7 +243,7 @@ def _write(module, path: str, text: str, existed: bool) -> None:
         return
     make_dirs(os.path.dirname(path))
     with writing(path):
-        write_atomic(module, path, text, new_file=not existed, mode=0o600)
+        write_atomic(module, path, text, new_file=not existed, mode=0o600, option=None)
 
 
 def server_version(module, config_dir: str) -> tuple[str | None, str]:
@@ -390,7 +393,12 @@ def run(module: AnsibleModule) -> dict:
     if after_text is None:
         remove_file(path)
     else:
-        _write(module, path, after_text, existed)
+        try:
+            _write(module, path, after_text, existed)
+        except BaseException:
+            if result.get("backup_file"):
+                os.unlink(result.pop("backup_file"))  # no backup stands for a change that did not happen
+            raise
     return result
 
 

@@ -39,8 +39,17 @@ options:
       - Directory for a copy of the manifest as it was before the change. Required whenever the
         module changes the file (also checked in check mode).
       - It must not be the manifest directory or inside it, because the kubelet would run the copy
-        as a second static pod.
+        as a second static pod. Where O(path) is a symbolic link, the manifest directory is the link's own
+        directory (the one the kubelet reads), not its target's.
+      - The copy is written through a temporary file, synced, with the manifest's mode and owner, and removed
+        again when the manifest cannot be written. A refused O(backup_dir) changes nothing (C(changed=false)).
     type: path
+  follow:
+    description:
+      - When O(path) is a symbolic link, write the file it points to (keeping that file's mode and owner).
+      - By default a link is refused, so that no other file is changed through it.
+    type: bool
+    default: false
   validate_version:
     description:
       - Check the resulting gate list against the gpusplit catalog for this Kubernetes version before
@@ -212,8 +221,10 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.static
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     backup_copy,
+    check_link,
     file_diff,
     is_inside,
+    own_directory,
     read_text,
     write_atomic,
 )
@@ -223,7 +234,7 @@ def check_backup_dir(backup_dir: str | None, manifest: str) -> str | None:
     """An error message when ``backup_dir`` is unusable for ``manifest``, else None."""
     if not backup_dir:
         return "backup_dir is required when the manifest changes"
-    manifest_dir = os.path.dirname(os.path.realpath(manifest))
+    manifest_dir = own_directory(manifest)  # a link's own directory: the one the kubelet reads
     if is_inside(backup_dir, manifest_dir):
         return (
             f"backup_dir {backup_dir} is the manifest directory {manifest_dir} or inside it; the kubelet "
@@ -243,9 +254,7 @@ def restore(module: AnsibleModule) -> dict:
         module.fail_json(msg=f"restore_from puts a whole manifest back; drop {', '.join(clashing)}")
     if not os.path.isfile(source):
         module.fail_json(msg=f"restore_from {source} does not exist or is not a file; nothing was changed")
-    if is_inside(source, os.path.dirname(os.path.realpath(path))) and os.path.realpath(
-        source
-    ) != os.path.realpath(path):
+    if is_inside(source, own_directory(path)) and os.path.realpath(source) != os.path.realpath(path):
         module.fail_json(
             msg=f"restore_from {source} lies in the manifest directory of {path}, where the kubelet runs it "
             "as a static pod of its own; a backup belongs outside it (backup_dir)"
@@ -292,8 +301,15 @@ def restore(module: AnsibleModule) -> dict:
         result["diff"] = file_diff(before_text, text, path)
     if result["changed"] and not module.check_mode:
         # a new file gets the backup's mode, which kept the manifest's (0600 from kubeadm)
-        with fail_on_refusal(module, **result), writing(path):
-            write_atomic(module, path, text, new_file=not exists, mode=stat.S_IMODE(os.stat(source).st_mode))
+        with fail_on_refusal(module, **dict(result, changed=False)), writing(path):
+            write_atomic(
+                module,
+                path,
+                text,
+                new_file=not exists,
+                mode=stat.S_IMODE(os.stat(source).st_mode),
+                follow=p["follow"],
+            )
     return result
 
 
@@ -366,17 +382,26 @@ def run(module: AnsibleModule) -> dict:
     if not edit["changed"]:
         return result
 
+    unchanged = dict(result, changed=False)  # what a refusal from here on reports: nothing was written
     problem = check_backup_dir(p["backup_dir"], path)
     if problem:
-        module.fail_json(msg=problem, **result)
+        module.fail_json(msg=problem, **unchanged)
+    with fail_on_refusal(module, **unchanged):
+        if not p["follow"]:
+            check_link(path)
     if module.check_mode:
         return result
 
-    with fail_on_refusal(module, **result):
+    with fail_on_refusal(module, **unchanged):
         with backing_up(path, p["backup_dir"]):
-            result["backup_file"] = backup_copy(path, p["backup_dir"])
-        with writing(path):
-            write_atomic(module, path, edit["text"])
+            backup = backup_copy(path, p["backup_dir"])
+        try:
+            with writing(path):
+                write_atomic(module, path, edit["text"], follow=p["follow"])
+        except BaseException:
+            os.unlink(backup)  # no backup stands for a change that did not happen
+            raise
+        result["backup_file"] = backup
     return result
 
 
@@ -390,6 +415,7 @@ def main():
             allow_uncatalogued=dict(type="bool", default=False),
             container=dict(type="str"),
             restore_from=dict(type="path"),
+            follow=dict(type="bool", default=False),
         ),
         supports_check_mode=True,
     )

@@ -1,11 +1,26 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""Reading, backing up and writing a file on a host, one way for every module. Private to the collection."""
+"""Reading, backing up and writing a file on a host, one way for every module. Private to the collection.
+
+Two rules hold for every module that writes a file:
+
+* links: a module never writes through a symbolic link to another file unless its option says so
+  (``follow``): :func:`write_atomic` refuses a link otherwise (:class:`LinkRefused`), and with ``follow``
+  replaces the link's target, whose mode and owner are kept. Whether a file lies in a directory some
+  daemon reads (the kubelet's manifest directory) is decided from the directory the path itself names,
+  not from a link's target: the daemon reads the link's directory (:func:`own_directory`);
+* backups: :func:`backup_file` is the one backup routine. The copy is written to a temporary dot-file
+  beside its final name, synced, given the original's mode, times and owner, then renamed, so that a full
+  disk or a kill leaves no partial ``.bak``; :func:`write_with_backup` removes the backup again when the
+  write it was made for is refused, so that no backup stands for a change that did not happen.
+"""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 import tempfile
 import time
 
@@ -52,15 +67,42 @@ def is_inside(child, parent):
     return child == parent or child.startswith(parent.rstrip(os.sep) + os.sep)
 
 
-def write_atomic(module, path, text, new_file=False, mode=None):
-    """Write ``text`` over ``path`` (links followed) through a dot-file beside it and an atomic rename.
+class LinkRefused(GpusplitError):
+    """A write that would go through a symbolic link to another file, which the module's option did not allow."""
 
-    The temporary file is synced before the rename, so a reader (the kubelet watching a manifest
-    directory, containerd reading its config) sees the old file or the new one, never a part.
-    ``new_file``: the file did not exist, it gets mode 0644, or ``mode`` when given (set after the
-    rename, where atomic_move gives a new file the umask's mode). ``module`` is the AnsibleModule
-    (its atomic_move keeps owner, mode and SELinux context of an existing file).
+
+def own_directory(path):
+    """The directory ``path`` names, as a daemon that lists it sees it: a link's own directory, not its target's."""
+    return os.path.dirname(os.path.abspath(path))
+
+
+def check_link(path, option="follow"):
+    """Refuse (:class:`LinkRefused`) when ``path`` is a symbolic link: writing it would change another file.
+    ``option``: the module's option that allows it, named in the message (None: the module has none)."""
+    if os.path.islink(path):
+        allow = (
+            f", or set {option}: true to write the link's target, whose mode and owner are kept"
+            if option
+            else ""
+        )
+        raise LinkRefused(
+            f"{path} is a symbolic link to {os.path.realpath(path)}: refusing to write through it to another file "
+            f"(replace the link with the file itself{allow})"
+        )
+
+
+def write_atomic(module, path, text, new_file=False, mode=None, follow=False, option="follow"):
+    """Write ``text`` over ``path`` through a dot-file beside it and an atomic rename.
+
+    A symbolic link is refused (:func:`check_link`, naming ``option``) unless ``follow``: then its target is
+    replaced, its mode and owner kept. The temporary file is synced before the rename, so a reader (the
+    kubelet watching a manifest directory, containerd reading its config) sees the old file or the new
+    one, never a part. ``new_file``: the file did not exist, it gets mode 0644, or ``mode`` when given (set
+    after the rename, where atomic_move gives a new file the umask's mode). ``module`` is the
+    AnsibleModule (its atomic_move keeps owner, mode and SELinux context of an existing file).
     """
+    if not follow:
+        check_link(path, option)
     real = os.path.realpath(path)
     directory = os.path.dirname(real)
     fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(real)}.gpusplit-", dir=directory)
@@ -104,13 +146,62 @@ def file_diff(before, after, before_header, after_header=None):
     }
 
 
+def backup_file(path, backup):
+    """Copy the file ``path`` (a link's target) to the new file ``backup``: the one backup routine.
+
+    Written to a temporary dot-file in ``backup``'s directory, synced, given ``path``'s mode, times and
+    owner (where the user the module runs as may set it), then renamed to ``backup`` and the directory
+    synced: a full disk or a kill leaves no partial backup under the final name, and a backup of another
+    user's file stays that user's. OSError where it cannot be made (nothing is left behind then)."""
+    directory = os.path.dirname(os.path.abspath(backup))
+    info = os.stat(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(backup)}.", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out, open(path, "rb") as source:
+            shutil.copyfileobj(source, out)
+            out.flush()
+            os.fsync(out.fileno())
+        shutil.copystat(path, tmp)
+        if (info.st_uid, info.st_gid) != (os.geteuid(), os.getegid()):
+            try:
+                os.chown(tmp, info.st_uid, info.st_gid)
+            except PermissionError:
+                pass  # not root: the backup is the user's own, readable only as the mode allows
+            os.chmod(tmp, stat.S_IMODE(info.st_mode))
+        os.rename(tmp, backup)
+    except BaseException:
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        raise
+    _sync_directory(directory)
+    return backup
+
+
+def _sync_directory(directory):
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError as exc:
+        if exc.errno not in (errno.EINVAL, errno.EBADF):
+            raise
+    finally:
+        os.close(fd)
+
+
 def backup_copy(path, backup_dir):
-    """Copy ``path`` into ``backup_dir`` (made 0700) as ``<name>.<UTC stamp>.<pid>.bak``; returns the copy."""
+    """Copy ``path`` into ``backup_dir`` (made 0700) as ``<name>.<UTC stamp>.<pid>.bak`` (:func:`backup_file`);
+    returns the copy."""
     os.makedirs(backup_dir, mode=0o700, exist_ok=True)
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
     backup = os.path.join(backup_dir, f"{os.path.basename(path)}.{stamp}.{os.getpid()}.bak")
-    shutil.copy2(path, backup)
-    return backup
+    n = 1
+    while os.path.lexists(backup):
+        backup = os.path.join(backup_dir, f"{os.path.basename(path)}.{stamp}.{os.getpid()}.{n}.bak")
+        n += 1
+    return backup_file(path, backup)
 
 
 def backup_name(path, now=None):
@@ -125,7 +216,27 @@ def backup_name(path, now=None):
 
 
 def backup_beside(path):
-    """Copy ``path`` (with its mode and times) to :func:`backup_name` beside it; returns the copy."""
-    backup = backup_name(path)
-    shutil.copy2(path, backup)
-    return backup
+    """Copy ``path`` (a link: its target's content, beside the link) to :func:`backup_name` beside it
+    (:func:`backup_file`); returns the copy."""
+    return backup_file(path, backup_name(path))
+
+
+def write_with_backup(
+    module, path, text, backup=None, new_file=False, mode=None, follow=False, option="follow"
+):
+    """:func:`write_atomic`, after a backup of the file as it was: ``backup`` is None (none), ``"beside"``
+    (:func:`backup_beside`) or a directory (:func:`backup_copy`). The link rule is checked before the backup is
+    made, and the backup is removed again when the write is refused: no backup stands for a change that did not
+    happen. Returns the backup's path (None without one)."""
+    if not follow:
+        check_link(path, option)
+    made = None
+    if backup is not None and not new_file:
+        made = backup_beside(path) if backup == "beside" else backup_copy(path, backup)
+    try:
+        write_atomic(module, path, text, new_file=new_file, mode=mode, follow=follow, option=option)
+    except BaseException:
+        if made is not None and os.path.lexists(made):
+            os.unlink(made)
+        raise
+    return made

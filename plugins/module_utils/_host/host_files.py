@@ -30,11 +30,11 @@ import stat
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import host_state
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
-    backup_beside,
+    check_link,
     file_diff,
     os_reason,
     read_text,
-    write_atomic,
+    write_with_backup,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import find_managed_dropins
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.systemd_reload import (
@@ -84,6 +84,7 @@ ARGUMENT_SPEC = {
     "state_digest": {"type": "str"},
     "daemon_reload": {"type": "bool", "default": False},
     "obsolete_dirs": {"type": "list", "elements": "path", "default": []},
+    "follow_links": {"type": "bool", "default": False},
 }
 SPEC_RULES = {
     "required_together": [
@@ -217,11 +218,23 @@ def _dir_entries(path, seen):
     return [{"kind": "directory", "path": path, "action": "create", "changed": True}]
 
 
-def file_entry(kind, path, content, unit=None):
-    """What writing ``content`` to ``path`` (mode 0644) would change: an entry with ``changed``, ``before``, ``after``."""
-    exists = os.path.lexists(path)
+def _links_checked(path, follow):
+    """Whether ``path`` is a link to write through (``follow_links``); a link is refused otherwise, before
+    anything is changed."""
+    if not os.path.islink(path):
+        return False
+    if not follow:
+        check_link(path, "follow_links")
+    return True
+
+
+def file_entry(kind, path, content, unit=None, follow=False):
+    """What writing ``content`` to ``path`` (mode 0644) would change: an entry with ``changed``, ``before``, ``after``.
+    A symbolic link is refused unless ``follow`` (follow_links); its target then keeps its own mode."""
+    link = _links_checked(path, follow)
+    exists = os.path.exists(path) if link else os.path.lexists(path)
     before = read_text(path) if exists else None
-    mode_fix = exists and _mode_of(path) != FILE_MODE
+    mode_fix = exists and not link and _mode_of(path) != FILE_MODE
     entry = {
         "kind": kind,
         "path": path,
@@ -233,6 +246,7 @@ def file_entry(kind, path, content, unit=None):
     }
     if unit is not None:
         entry["unit"] = unit
+    entry["follow"] = link
     entry["changed"] = entry["action"] != "none"
     return entry
 
@@ -243,6 +257,7 @@ def toolkit_entry(params):
     real = os.path.realpath(path)
     if not os.path.exists(real):
         return None
+    link = _links_checked(path, params.get("follow_links"))
     if params.get("toolkit_refusal"):
         raise HostFilesError(params["toolkit_refusal"])
     before = read_text(real, path)
@@ -258,6 +273,7 @@ def toolkit_entry(params):
         "action": "write" if edit["changed"] else "none",
         "changed": edit["changed"],
         "backup": params.get("toolkit_backup", True) is not False,
+        "follow": link,
         "settings_before": edit["before"],
         "settings_after": edit["after"],
         "changes": edit["changes"],
@@ -281,7 +297,9 @@ def plan_host_files(params):
     seen = set()
     if params.get("env_path") is not None:
         entries.extend(_dir_entries(os.path.dirname(params["env_path"]), seen))
-        entries.append(file_entry("env", params["env_path"], params["env_content"]))
+        entries.append(
+            file_entry("env", params["env_path"], params["env_content"], follow=params.get("follow_links"))
+        )
     keep = set()
     for item in params.get("dropins") or []:
         keep.add(os.path.normpath(item["path"]))
@@ -289,7 +307,9 @@ def plan_host_files(params):
         if content is None:
             content = params["dropin_content"]
         entries.extend(_dir_entries(os.path.dirname(item["path"]), seen))
-        entries.append(file_entry("dropin", item["path"], content, unit=item["unit"]))
+        entries.append(
+            file_entry("dropin", item["path"], content, unit=item["unit"], follow=params.get("follow_links"))
+        )
     if params.get("dropin_dir") is not None:
         name = params.get("dropin_name") or DROPIN_NAME
         for path in find_managed_dropins(params["dropin_dir"], name, params["dropin_marker"]):
@@ -347,11 +367,25 @@ def apply_entries(module, entries):
             elif entry["action"] == "mode":
                 os.chmod(path, FILE_MODE)
             else:
-                if entry["kind"] == "toolkit" and entry.get("backup"):
-                    entry["backup_file"] = backup_beside(os.path.realpath(path))
                 new = entry["action"] == "create"
-                write_atomic(module, path, entry["after"], new_file=new, mode=FILE_MODE if new else None)
-                if not new and entry["kind"] != "toolkit" and _mode_of(path) != FILE_MODE:
+                backup = write_with_backup(
+                    module,
+                    path,
+                    entry["after"],
+                    "beside" if entry["kind"] == "toolkit" and entry.get("backup") else None,
+                    new_file=new,
+                    mode=FILE_MODE if new else None,
+                    follow=entry.get("follow", False),
+                    option="follow_links",
+                )
+                if backup:
+                    entry["backup_file"] = backup
+                if (
+                    not new
+                    and entry["kind"] != "toolkit"
+                    and not entry.get("follow")
+                    and _mode_of(path) != FILE_MODE
+                ):
                     os.chmod(path, FILE_MODE)
         except OSError as exc:
             for left in entries[done:]:

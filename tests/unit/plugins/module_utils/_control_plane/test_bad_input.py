@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -318,18 +319,24 @@ def test_garbage_yaml_is_refused_naming_file_and_line(manifests, tmp_path, capsy
 
 
 def test_a_directory_that_refuses_the_temporary_file_is_named(manifests, tmp_path, capsys, monkeypatch):
-    """case 10: root ignores directory modes, so mkstemp is made to fail as on an immutable directory."""
+    """case 10: root ignores directory modes, so mkstemp is made to fail as on an immutable directory (the
+    manifest directory only: the backup, made first, is written; issue 43: it is removed again, since the
+    change it was made for did not happen, and the failed answer says changed: false)."""
     path = manifests / "kube-apiserver.yaml"
     before = read(path)
+    mkstemp = host_files.tempfile.mkstemp
 
     def refuse(*args, **kwargs):
+        if kwargs.get("dir") != str(manifests):
+            return mkstemp(*args, **kwargs)
         name = os.path.join(kwargs.get("dir", ""), f"{kwargs.get('prefix', '')}abc123")
         raise PermissionError(errno.EPERM, "Operation not permitted", name)
 
     monkeypatch.setattr(host_files.tempfile, "mkstemp", refuse)
-    rc, out = run_module(
-        static_pod_flags.main, gate_edit(path, tmp_path, feature_gates={"GenericWorkload": True}), capsys
-    )
+    args = gate_edit(path, tmp_path, feature_gates={"GenericWorkload": True})
+    rc, out = run_module(static_pod_flags.main, args, capsys)
+    assert out["changed"] is False and "backup_file" not in out
+    assert os.listdir(args["backup_dir"]) == []
     assert_named_refusal(
         rc,
         out,
@@ -622,3 +629,71 @@ def test_documentation_names_the_requirement():
         assert any("PyYAML" in r for r in doc["requirements"]), module.__name__
         if "validate_version" in doc["options"]:
             assert doc["options"]["validate_version"]["default"] == "auto"
+
+
+# ---------------------------------------------------------------------------------------------
+# issue 43: backups and links
+
+
+def linked_manifest(manifests, tmp_path):
+    """kube-apiserver.yaml in the manifest directory as a link to a file elsewhere."""
+    real = tmp_path / "real" / "kube-apiserver.yaml"
+    real.parent.mkdir()
+    path = manifests / "kube-apiserver.yaml"
+    shutil.move(str(path), str(real))
+    path.symlink_to(real)
+    return path, real
+
+
+def test_a_linked_manifest_is_judged_from_the_links_own_directory(manifests, tmp_path, capsys):
+    """issue 43: with the manifest a link, the manifest directory was taken from the link's target, so that a
+    backup_dir in the kubelet's manifest directory passed, and the kubelet would run the backup; the refusal also
+    said changed: true."""
+    path, real = linked_manifest(manifests, tmp_path)
+    before = read(real)
+    args = dict(gate_edit(path, tmp_path, feature_gates={"GenericWorkload": True}), backup_dir=str(manifests))
+    rc, out = run_module(static_pod_flags.main, args, capsys)
+    assert_named_refusal(rc, out, f"backup_dir {manifests} is the manifest directory {manifests}")
+    assert out["changed"] is False
+    assert read(real) == before and manifest_dir_names(manifests) == sorted(f"{c}.yaml" for c in COMPONENTS)
+
+
+def test_a_linked_manifest_is_not_written_through_unless_followed(manifests, tmp_path, capsys):
+    path, real = linked_manifest(manifests, tmp_path)
+    before = read(real)
+    args = gate_edit(path, tmp_path, feature_gates={"GenericWorkload": True})
+    rc, out = run_module(static_pod_flags.main, args, capsys)
+    assert_named_refusal(rc, out, f"{path} is a symbolic link to {real}", "follow: true")
+    assert out["changed"] is False and read(real) == before and not os.path.exists(args["backup_dir"])
+    rc, out = run_module(static_pod_flags.main, dict(args, follow=True), capsys)
+    assert rc == 0 and out["changed"] is True and path.is_symlink()
+    assert oct(os.stat(real).st_mode & 0o777) == "0o600"  # the target keeps its mode
+    assert read(Path(out["backup_file"])) == before
+
+
+def test_a_refused_backup_dir_reports_no_change(manifests, tmp_path, capsys):
+    """issue 43: the refusal of a backup_dir inside the manifest directory said changed: true."""
+    path = manifests / "kube-apiserver.yaml"
+    args = dict(
+        gate_edit(path, tmp_path, feature_gates={"GenericWorkload": True}), backup_dir=str(manifests / "b")
+    )
+    rc, out = run_module(static_pod_flags.main, args, capsys)
+    assert_named_refusal(rc, out, "is the manifest directory")
+    assert out["changed"] is False
+
+
+def test_a_refused_kubeadm_config_write_takes_its_backup_back(tmp_path, capsys, monkeypatch):
+    config = tmp_path / "kubeadm.yaml"
+    config.write_text(configmap_cluster_configuration(V1BETA4))
+    before = config.read_text()
+
+    def refuse(module, src, dest):
+        raise OSError(28, "No space left on device", dest)
+
+    monkeypatch.setattr(host_files, "move", refuse)
+    args = {"path": str(config), "backup": True, "feature_gates": {"GenericWorkload": True}}
+    rc, out = run_module(kubeadm_config_flags.main, args, capsys)
+    assert_named_refusal(rc, out, "No space left on device")
+    assert (
+        out["changed"] is False and config.read_text() == before and os.listdir(tmp_path) == ["kubeadm.yaml"]
+    )

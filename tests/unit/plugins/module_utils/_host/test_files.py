@@ -8,12 +8,18 @@ import stat
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import files
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
+    LinkRefused,
+    backup_beside,
+    backup_copy,
     file_diff,
     is_inside,
     os_reason,
+    own_directory,
     read_text,
     write_atomic,
+    write_with_backup,
 )
 from ansible_collections.gpusplit.k8s.tests.unit.host_module import ansible_module
 
@@ -105,3 +111,97 @@ def test_a_move_that_fails_is_an_oserror_with_the_systems_words(tmp_path):
         write_atomic(ansible_module(), str(tmp_path / "dest"), "text\n")
     assert os_reason(caught.value) == "Is a directory"
     assert sorted(os.listdir(tmp_path)) == ["dest"]  # no temporary file left
+
+
+# ---- issue 43: backups and links
+
+
+def test_a_backup_keeps_content_mode_times_and_owner(tmp_path):
+    source = tmp_path / "config.toml"
+    source.write_text("a = 1\n")
+    source.chmod(0o600)
+    os.utime(source, (1_000_000, 1_000_000))
+    if os.geteuid() == 0:
+        os.chown(source, 1234, 4321)  # another user's file, backed up by root
+    backup = backup_beside(str(source))
+    info = os.stat(backup)
+    assert open(backup).read() == "a = 1\n" and stat.S_IMODE(info.st_mode) == 0o600
+    assert info.st_mtime == 1_000_000
+    if os.geteuid() == 0:
+        assert (info.st_uid, info.st_gid) == (1234, 4321)  # issue 43: it was root's
+    assert sorted(os.listdir(tmp_path)) == sorted(["config.toml", os.path.basename(backup)])
+
+
+@pytest.mark.parametrize("fail", ["copystat", "fsync"])
+def test_a_backup_that_fails_leaves_nothing_under_its_name(tmp_path, monkeypatch, fail):
+    """issue 43: the copy went straight to its final name, so that a full disk or a kill left a partial .bak."""
+    source = tmp_path / "m.yaml"
+    source.write_text("x" * 10000)
+
+    def full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(files.shutil if fail == "copystat" else files.os, fail, full)
+    with pytest.raises(OSError, match="No space left"):
+        backup_copy(str(source), str(tmp_path / "backups"))
+    assert os.listdir(tmp_path / "backups") == []
+
+
+def test_backup_copy_never_overwrites(tmp_path, monkeypatch):
+    source = tmp_path / "m.yaml"
+    source.write_text("new")
+    monkeypatch.setattr(files.time, "strftime", lambda *a: "STAMP")
+    first = backup_copy(str(source), str(tmp_path / "b"))
+    source.write_text("newer")
+    second = backup_copy(str(source), str(tmp_path / "b"))
+    assert first != second and open(first).read() == "new" and open(second).read() == "newer"
+
+
+def test_a_write_that_is_refused_takes_its_backup_back(tmp_path, monkeypatch):
+    """issue 43: a refused write left a backup of a file that did not change."""
+    path = tmp_path / "config.toml"
+    path.write_text("old")
+
+    def refuse(module, src, dest):
+        raise OSError(30, "Read-only file system", dest)
+
+    monkeypatch.setattr(files, "move", refuse)
+    for where in ("beside", str(tmp_path / "backups")):
+        with pytest.raises(OSError, match="Read-only"):
+            write_with_backup(ansible_module(), str(path), "new", where)
+        assert path.read_text() == "old"
+        assert sorted(os.listdir(tmp_path)) == (
+            ["backups", "config.toml"] if where != "beside" else ["config.toml"]
+        )
+    assert os.listdir(tmp_path / "backups") == []
+
+
+def test_a_link_is_not_written_through_unless_followed(tmp_path):
+    """issue 43: write_atomic followed links, changing another file, and a new mode came with it."""
+    target = tmp_path / "elsewhere" / "host-gpus.env"
+    target.parent.mkdir()
+    target.write_text("old")
+    target.chmod(0o600)
+    link = tmp_path / "host-gpus.env"
+    link.symlink_to(target)
+    with pytest.raises(
+        LinkRefused, match=f"{link} is a symbolic link to {target}: refusing to write through it"
+    ):
+        write_atomic(ansible_module(), str(link), "new", option="follow_links")
+    with pytest.raises(LinkRefused, match="set follow_links: true"):
+        write_with_backup(ansible_module(), str(link), "new", "beside", option="follow_links")
+    assert target.read_text() == "old" and sorted(os.listdir(tmp_path)) == ["elsewhere", "host-gpus.env"]
+    with pytest.raises(LinkRefused) as caught:
+        write_atomic(ansible_module(), str(link), "new", option=None)
+    assert "set " not in str(caught.value)
+    backup = write_with_backup(ansible_module(), str(link), "new", "beside", follow=True)
+    assert link.is_symlink() and target.read_text() == "new" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert os.path.dirname(backup) == str(tmp_path) and open(backup).read() == "old"
+
+
+def test_own_directory_is_the_links_not_its_targets(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real" / "kube-apiserver.yaml").write_text("x")
+    (tmp_path / "manifests").mkdir()
+    (tmp_path / "manifests" / "kube-apiserver.yaml").symlink_to(tmp_path / "real" / "kube-apiserver.yaml")
+    assert own_directory(str(tmp_path / "manifests" / "kube-apiserver.yaml")) == str(tmp_path / "manifests")

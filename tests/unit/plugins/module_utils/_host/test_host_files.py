@@ -511,3 +511,59 @@ def test_an_obsolete_folder_is_removed_once_and_what_is_not_a_folder_is_left(tmp
         host_files(Host(), dict(args, obsolete_dirs=["/"]))
     with pytest.raises(HostFilesError, match=r"obsolete_dirs\[0\]: 'var/cache' is not an absolute path"):
         host_files(Host(), dict(args, obsolete_dirs=["var/cache"]))
+
+
+# ---- issue 43: links
+
+
+def linked_env(root, tmp_path):
+    """host-gpus.env as a link to another file of mode 0600."""
+    target = tmp_path / "elsewhere" / "gpus.env"
+    target.parent.mkdir()
+    target.write_text("OTHER=1\n")
+    target.chmod(0o600)
+    env = root / "etc" / "gpusplit" / "host-gpus.env"
+    env.parent.mkdir(parents=True)
+    env.symlink_to(target)
+    return env, target
+
+
+def test_a_linked_env_file_is_refused_before_anything_changes(tmp_path):
+    """issue 43: gpu_host_files wrote through a symlinked host-gpus.env and changed its target's mode from 0600 to
+    0644."""
+    root = host_root(tmp_path)
+    env, target = linked_env(root, tmp_path)
+    config = root / "etc" / "nvidia-container-runtime" / "config.toml"
+    before = config.read_text()
+    with pytest.raises(
+        GpusplitError, match=f"{env} is a symbolic link to {target}: refusing to write through it"
+    ):
+        host_files(Host(), params(root))
+    assert target.read_text() == "OTHER=1\n" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert config.read_text() == before and sorted(p.name for p in config.parent.iterdir()) == ["config.toml"]
+
+
+def test_a_linked_env_file_is_written_through_with_follow_links_keeping_the_targets_mode(tmp_path):
+    root = host_root(tmp_path)
+    env, target = linked_env(root, tmp_path)
+    result = host_files(Host(), dict(params(root), follow_links=True))
+    assert result["changed"] is True and env.is_symlink()
+    assert target.read_text() == ENV and stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert host_files(Host(), dict(params(root), follow_links=True))["changed"] is False
+
+
+def test_a_linked_toolkit_config_is_refused_unless_followed(tmp_path):
+    root = host_root(tmp_path)
+    config = root / "etc" / "nvidia-container-runtime" / "config.toml"
+    real = tmp_path / "real.toml"
+    real.write_text(config.read_text())
+    config.unlink()
+    config.symlink_to(real)
+    with pytest.raises(GpusplitError, match="set follow_links: true"):
+        host_files(Host(), params(root))
+    result = host_files(Host(), dict(params(root), follow_links=True))
+    assert (
+        result["changed"] is True
+        and config.is_symlink()
+        and "accept-nvidia-visible-devices" in real.read_text()
+    )

@@ -359,12 +359,37 @@ def test_backup_name_never_overwrites(tmp_path):
     assert files.backup_name(path, now=0) == path + ".gpusplit-19700101T000000Z.1.bak"
 
 
-def test_module_symlinked_config_is_edited_in_place(config, tmp_path, capsys):
+def test_module_symlinked_config_is_refused_unless_followed(config, tmp_path, capsys):
+    """issue 43: a link was written through to its target without being asked to; with follow it is, and the
+    target keeps its mode (0600 here) and the link stays a link."""
     link = tmp_path / "link.toml"
     os.symlink(config, link)
+    config.chmod(0o600)
+    before = config.read_text()
     rc, out = run_module({"path": str(link)}, capsys)
+    assert rc == 1 and out["changed"] is False
+    assert f"{link} is a symbolic link to {config}: refusing to write through it" in out["msg"]
+    assert "follow: true" in out["msg"] and config.read_text() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["etc", "link.toml"]  # no backup either
+    rc, out = run_module({"path": str(link), "follow": True}, capsys)
     assert rc == 0 and out["changed"] is True
     assert link.is_symlink() and read_toml(config.read_text())[MOUNTS] is True
+    assert stat.S_IMODE(config.stat().st_mode) == 0o600
+    backup = Path(out["backup_file"])
+    assert backup.parent == tmp_path and backup.read_text() == before and not backup.is_symlink()
+    assert stat.S_IMODE(backup.stat().st_mode) == 0o600
+
+
+def test_module_a_refused_write_leaves_no_backup(config, capsys, monkeypatch):
+    """issue 43: the backup was made, the write refused, and the backup of an unchanged file stayed."""
+
+    def refuse(module, src, dest):
+        raise OSError(28, "No space left on device", dest)
+
+    monkeypatch.setattr(files, "move", refuse)
+    rc, out = run_module({"path": str(config)}, capsys)
+    assert rc == 1 and "No space left on device" in out["msg"] and out["changed"] is False
+    assert sorted(p.name for p in config.parent.iterdir()) == ["config.toml"]
 
 
 def test_module_documentation_matches_its_arguments():
@@ -373,7 +398,7 @@ def test_module_documentation_matches_its_arguments():
     doc = yaml.safe_load(nvidia_toolkit_config.DOCUMENTATION)
     yaml.safe_load(nvidia_toolkit_config.EXAMPLES)
     yaml.safe_load(nvidia_toolkit_config.RETURN)
-    assert set(doc["options"]) == {"path", "settings", "backup", "create", "state"}
+    assert set(doc["options"]) == {"path", "settings", "backup", "create", "state", "follow"}
     assert doc["options"]["path"]["default"] == tc.DEFAULT_PATH
     assert doc["options"]["settings"]["default"] == tc.HARDENING_SETTINGS
 
