@@ -94,7 +94,7 @@ def _cpu():
 CONTROLLER_ONLY = {
     "set_fact", "debug", "assert", "fail", "meta", "include_role", "include_tasks", "import_role",
     "import_tasks", "include_vars", "add_host", "group_by", "set_stats", "pause",
-    "validate_argument_spec", "noop",
+    "validate_argument_spec", "noop", "role_step",
 }
 
 

@@ -157,11 +157,21 @@ CAPABILITIES = (
             "plugin_utils/manifest_files.py",
             "plugin_utils/admission_guard.py",
             "plugin_utils/guard_report.py",
-            "filter/admission_guard.py",
             "plugin_utils/workload_lint.py",
             "plugin_utils/workload.py",
             "filter/workload_lint.py",
             "filter/workload.py",
+        ),
+    ),
+    (
+        "The roles' steps on the controller",
+        "What the roles work out on the controller, one step per task (`role_step`): the inventory's hosts and "
+        "their node names, GPU facts and discovery reports, and a step's inputs of the wrong shape.",
+        (
+            "plugin_utils/role_steps.py",
+            "plugin_utils/_steps/",
+            "plugin_utils/inventory_vars.py",
+            "modules/role_step.py",
         ),
     ),
     (

@@ -1,21 +1,17 @@
-"""Filters that lint GPU workloads and render the admission guard.
+"""Filters that lint GPU workloads.
 
     {{ 'deploy/*.yaml' | gpusplit.k8s.workload_manifests }}
     {{ manifests | gpusplit.k8s.workload_lint }}
     {{ manifests | gpusplit.k8s.workload_lint(allowed_namespaces=['kube-system'], gpu_taint=true) }}
     {{ findings | gpusplit.k8s.lint_table }}
-    {{ {'name': 'gpusplit-visible-devices'} | gpusplit.k8s.admission_guard_objects }}
 
-See plugins/plugin_utils/workload_lint.py for the rules and the guard, and
+See plugins/plugin_utils/workload_lint.py for the rules, and
 plugins/plugin_utils/manifest_files.py for reading the files.
 Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 """
 
 from __future__ import annotations
 
-from ansible.errors import AnsibleFilterError
-
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
@@ -54,14 +50,6 @@ def lint_table(findings):
     return workload_lint_lib.lint_table(findings)
 
 
-def admission_guard_objects(settings):
-    """The ValidatingAdmissionPolicy and its binding, ready for gpusplit.k8s.cluster_apply."""
-    try:
-        return workload_lint_lib.guard_objects(settings)
-    except GpusplitError as exc:  # LintError, or any other refusal
-        raise AnsibleFilterError(f"gpusplit admission guard refused: {exc}") from None
-
-
 def refusals():
     """The exception types this file's filters refuse with, and their titles."""
     return {
@@ -72,6 +60,4 @@ def refusals():
 
 class FilterModule:
     def filters(self):
-        return wrap_filters(
-            (workload_manifests, workload_lint, lint_table, admission_guard_objects), refusals
-        )
+        return wrap_filters((workload_manifests, workload_lint, lint_table), refusals)

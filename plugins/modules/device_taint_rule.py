@@ -7,8 +7,8 @@ module: device_taint_rule
 short_description: Create, change or remove DeviceTaintRules and report what the controller says
 version_added: "0.1.0"
 description:
-  - Server-side applies one C(resource.k8s.io/v1) DeviceTaintRule (as rendered by the filter
-    C(gpusplit.k8s.dra_isolation_rule)), or deletes it, and waits until
+  - Server-side applies one C(resource.k8s.io/v1) DeviceTaintRule (as the playbook C(isolate_gpu.yml) and the
+    role C(gpu_resplit) render them), or deletes it, and waits until
     kube-controller-manager has written its C(EvictionInProgress) condition for the rule's
     present generation.
   - With effect C(None) that condition says how many published and allocated devices the rule
@@ -83,13 +83,25 @@ EXAMPLES = r"""
 - name: Report what isolating GPU gpu-3 of node gpu-a would evict (effect None)
   gpusplit.k8s.device_taint_rule:
     kubeconfig: "{{ gpusplit_kubeconfig }}"
-    definition: "{{ located | gpusplit.k8s.dra_isolation_rule('None', 'ecc') }}"
+    definition: &isolate_gpu_3
+      apiVersion: resource.k8s.io/v1
+      kind: DeviceTaintRule
+      metadata:
+        name: gpusplit-isolate-gpu-a-gpu-3
+        labels:
+          app.kubernetes.io/managed-by: gpusplit
+          gpusplit.io/taint-purpose: isolate
+      spec:
+        deviceSelector: {driver: gpu.nvidia.com, pool: gpu-a, device: gpu-3}
+        taint: {key: gpusplit.io/unhealthy, value: ecc, effect: None}
   register: isolation
 
 - name: Evict its pods
   gpusplit.k8s.device_taint_rule:
-    definition: "{{ located | gpusplit.k8s.dra_isolation_rule('NoExecute', 'ecc') }}"
+    definition: "{{ isolation_rule | combine({'spec': {'taint': {'effect': 'NoExecute'}}}, recursive=true) }}"
     wait_eviction: true
+  vars:
+    isolation_rule: *isolate_gpu_3
 
 - name: Give the GPU back
   gpusplit.k8s.device_taint_rule:

@@ -50,7 +50,8 @@ EXAMPLES = r"""
 - name: Verify the split
   gpusplit.k8s.fleet_verify:
     plan: "{{ hostvars['localhost']['gpusplit_fleet_plan'] }}"
-    facts: "{{ hostvars | gpusplit.k8s.fleet_facts(ansible_play_hosts) }}"
+    # every host's GPU facts (gpusplit.k8s.nvidia_gpu_facts)
+    facts: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, ['ansible_facts', 'nvidia_gpus']))) }}"
     wait_seconds: 60
   register: report
   delegate_to: localhost

@@ -354,7 +354,7 @@ def render_mig_label(node, config):
 
 # what operator_config takes besides the plan and the settings: argument -> (type, what it is)
 INPUTS = {
-    "mig_configs": (dict, "a mapping of host to gpusplit_mig_config (gpusplit.k8s.mig_configs)"),
+    "mig_configs": (dict, "a mapping of host to gpusplit_mig_config"),
     "clusterpolicies": (list, "a list of ClusterPolicy objects (k8s_info resources)"),
     "nodes": (list, "a list of Node objects (k8s_info resources)"),
     "daemonsets": (list, "a list of DaemonSet objects (k8s_info resources)"),

@@ -73,7 +73,7 @@ FILTERS = list(every_filter())
 
 
 def test_every_filter_is_driven():
-    assert len(FILTERS) > 50
+    assert len(FILTERS) >= 15
 
 
 @pytest.mark.parametrize(("name", "func"), FILTERS)

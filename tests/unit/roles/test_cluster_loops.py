@@ -31,10 +31,6 @@ ALLOWED = {
     ("roles/gpu_split_cluster/tasks/cluster.yml", "Keep unmanaged device plugins off split nodes"): (
         "the device-plugin DaemonSets gpusplit does not own, cluster-wide ones"
     ),
-    (
-        "roles/gpu_split_cluster/tasks/cluster.yml",
-        "Wait until no device plugin that gpusplit does not own has a pod left on a split node",
-    ): "the same DaemonSets",
 }
 
 

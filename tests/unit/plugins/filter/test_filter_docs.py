@@ -57,7 +57,9 @@ def rendered() -> dict:
 
 
 def test_the_collection_exposes_filters():
-    assert len(FILTERS) > 40
+    # the public filters are those a user calls in a playbook of their own: at most 20 (issue 47); what the roles
+    # compute besides is private controller code behind the action role_step
+    assert 15 <= len(FILTERS) <= 20
     assert "node_plan" in FILTERS and "gpu_table" in FILTERS
 
 
@@ -102,7 +104,7 @@ def test_every_filter_the_project_uses_exists():
     for path in (ROOT / "README.md",):
         for name in re.findall(r"\|\s*gpusplit\.k8s\.(\w+)", path.read_text()):
             used.setdefault(name, "README.md")
-    assert len(used) > 30
+    assert len(used) > 10
     assert {n: f for n, f in used.items() if n not in FILTERS} == {}
 
 

@@ -83,8 +83,8 @@ def test_loading_the_filter_files_imports_no_library():
 
 
 def test_a_filter_imports_its_library_at_first_use():
-    (modules,) = imported_after(["cp_version_output", "kube-apiserver v1.37.2"])
-    assert PREFIX + "module_utils._k8s.versions" in modules
+    (modules,) = imported_after(["out_dir", "/srv/out"])
+    assert PREFIX + "plugin_utils.out_dir" in modules
     assert PREFIX + "module_utils._control_plane.gate_data" not in modules
 
 
@@ -92,7 +92,7 @@ def test_a_filter_imports_its_library_at_first_use():
     ("call", "title"),
     [
         # a refusal type of a library not imported before the filter failed is still titled
-        (["cp_component_error", "log", 0], "gpusplit.k8s.cp_component_error refused:"),
+        (["host_share", {"mode": "bogus"}], "gpusplit host share refused:"),
         (["gang_job", {"name": "x", "replicas": 0}], "gpusplit gang job refused:"),
     ],
 )

@@ -7,9 +7,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpusplit.k8s.plugins.filter import (
-    control_plane_gates,
     fleet,
-    gpu_operator,
     gpu_table,
     split,
     workload,
@@ -17,6 +15,7 @@ from ansible_collections.gpusplit.k8s.plugins.filter import (
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
 from ansible_collections.gpusplit.k8s.tests.unit.gpufacts import h100
 
 
@@ -95,7 +94,7 @@ def test_workload_lint_skips_other_kinds_but_refuses_what_is_no_object():
     [
         (
             {"mig_configs": ["all-1g.10gb"]},
-            "mig_configs: expected a mapping of host to gpusplit_mig_config (gpusplit.k8s.mig_configs), got list",
+            "mig_configs: expected a mapping of host to gpusplit_mig_config, got list",
         ),
         (
             {"clusterpolicies": {"name": "cluster-policy"}},
@@ -105,10 +104,19 @@ def test_workload_lint_skips_other_kinds_but_refuses_what_is_no_object():
     ],
 )
 def test_operator_config_refuses_arguments_of_the_wrong_type(kwargs, msg):
+    from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import refusal_text
+    from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator
+
     plan = plan_fleet({"gpu-a": {"facts": [gpu(0), gpu(1)], "mode": "gpu_operator", "split": {"count": 1}}})
-    assert refused(filters(gpu_operator)["operator_config"], plan, **kwargs) == (
-        f"gpusplit GPU Operator mode refused:\n- {msg}"
+    with pytest.raises(gpu_operator.OperatorError) as err:
+        gpu_operator.operator_config(plan, **kwargs)
+    assert (
+        refusal_text("gpusplit GPU Operator mode", err.value)
+        == f"gpusplit GPU Operator mode refused:\n- {msg}"
     )
+    if "mig_configs" not in kwargs:  # the role's step reads each host's gpusplit_mig_config itself
+        out = run_step("operator_config", {"plan": plan, **kwargs}, StepContext(hostvars={"gpu-a": {}}))
+        assert out["msg"] == f"gpusplit GPU Operator mode refused:\n- {msg}"
 
 
 HOSTVARS = {"gpu-a": {"ansible_facts": {"nvidia_gpus": [gpu(0)]}, "gpusplit_mig_config": "all-disabled"}}
@@ -118,9 +126,6 @@ HOSTVARS = {"gpu-a": {"ansible_facts": {"nvidia_gpus": [gpu(0)]}, "gpusplit_mig_
     ("module", "name", "title"),
     [
         (fleet, "fleet_input", "gpusplit.k8s.fleet_input"),
-        (fleet, "fleet_facts", "gpusplit.k8s.fleet_facts"),
-        (fleet, "inventory_nodes", "gpusplit.k8s.inventory_nodes"),
-        (gpu_operator, "mig_configs", "gpusplit GPU Operator mode"),
     ],
 )
 def test_a_host_that_is_not_in_the_inventory_is_refused_naming_it(module, name, title):
@@ -131,16 +136,26 @@ def test_a_host_that_is_not_in_the_inventory_is_refused_naming_it(module, name, 
     )
 
 
-@pytest.mark.parametrize("max_lines", ["y", None, 0, -2, 1.5, True])
-def test_cp_component_error_refuses_a_max_lines_that_is_no_count(max_lines):
-    assert refused(filters(control_plane_gates)["cp_component_error"], "E0101 boom", max_lines) == (
-        "gpusplit.k8s.cp_component_error refused:\n"
-        f"- max_lines: expected a whole number of lines (1 or more), got {max_lines!r}"
+@pytest.mark.parametrize(
+    ("step", "inputs"),
+    [
+        ("fleet_facts", lambda hosts: {"hosts": hosts}),
+        ("discovery_reports", lambda hosts: {"hosts": hosts}),
+        ("split_cluster_checks", lambda hosts: {"plan": {"nodes": {}}}),
+        ("operator_config", lambda hosts: {"plan": {"nodes": {h: {} for h in hosts}}}),
+    ],
+)
+def test_a_role_step_refuses_a_host_that_is_not_in_the_inventory_naming_it(step, inputs):
+    title = {"operator_config": "gpusplit GPU Operator mode"}.get(step, f"gpusplit {step}")
+
+    def run(hosts):
+        return run_step(step, inputs(hosts), StepContext(hostvars=HOSTVARS, groups={"all": hosts}))
+
+    if step != "operator_config":  # (an empty node plan is no plan the GPU Operator mode takes)
+        assert not run(["gpu-a"]).get("failed")  # a known host: as before
+    assert run(["gpu-a", "gpu-z"])["msg"] == (
+        f"{title} refused:\n- host 'gpu-z' is not in the inventory (hostvars has no such host)"
     )
-
-
-def test_cp_component_error_reads_a_count_given_as_text():
-    assert filters(control_plane_gates)["cp_component_error"]("a\nb\nc", "2") == ["b", "c"]
 
 
 @pytest.mark.parametrize(
@@ -186,9 +201,14 @@ def test_render_daemonsets_refuses_a_mode_the_table_does_not_have():
 
 @pytest.mark.parametrize("taint_enabled", [False, True])
 def test_node_taints_refuses_a_mode_the_table_does_not_have(taint_enabled):
+    from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import refusal_text
+    from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+
     node_plan = gone_mode_plan()["nodes"]["gpu-a"]
-    assert refused(filters(split)["node_taints"], node_plan, taint_enabled) == MODE_REFUSED
+    with pytest.raises(render.RenderError) as err:
+        render.node_taints(node_plan, taint_enabled)
+    assert refusal_text("gpusplit render", err.value) == MODE_REFUSED
     node_plan["mode"] = "device_plugin"
-    assert filters(split)["node_taints"](node_plan, taint_enabled) == (
+    assert render.node_taints(node_plan, taint_enabled) == (
         [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}] if taint_enabled else []
     )

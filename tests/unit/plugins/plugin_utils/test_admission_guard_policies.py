@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import kubernetes_validate
 import pytest
-from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpusplit.k8s.plugins.filter import admission_guard as guard_filter
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import PURPOSES
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import admission_guard as ag
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_lint as wl
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
 
 K8S = "1.37"
 
@@ -129,5 +128,5 @@ def test_bad_settings_are_refused(settings, text):
     with pytest.raises(wl.LintError) as err:
         ag.guard_objects(settings)
     assert text in str(err.value)
-    with pytest.raises(AnsibleFilterError, match="gpusplit admission guard refused"):
-        guard_filter.FilterModule().filters()["admission_guard_policies"](settings)
+    refused = run_step("guard_objects", {"policies": settings}, StepContext())
+    assert refused["failed"] and refused["msg"].startswith("gpusplit admission guard refused")

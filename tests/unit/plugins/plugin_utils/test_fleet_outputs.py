@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpusplit.k8s.plugins.filter import fleet
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.fleet_outputs import mtimes_of, stale_reason
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
 
 T = 1_800_000_000  # 2027-01-15 08:00:00 UTC
 
@@ -44,15 +43,15 @@ def test_a_removed_plan_or_report_is_named():
     assert stale_reason(times(report=None)).startswith("there is no fleet-report.json")
 
 
-def test_the_filter_reads_a_stat_loop(tmp_path):
+def test_the_step_reads_a_stat_loop(tmp_path):
     results = [
         {"item": "gpus.json", "stat": {"exists": True, "mtime": T + 30}},
         {"item": "fleet-plan.json", "stat": {"exists": True, "mtime": T + 10}},
         {"item": "fleet-report.json", "stat": {"exists": False}},
     ]
     assert mtimes_of(results) == {"gpus.json": T + 30, "fleet-plan.json": T + 10, "fleet-report.json": None}
-    stale = fleet.FilterModule().filters()["fleet_outputs_stale"]
-    assert stale(results).startswith("there is no fleet-report.json")
+    stale = run_step("fleet_outputs_stale", {"stats": results}, StepContext())["reason"]
+    assert stale.startswith("there is no fleet-report.json")
 
 
 @pytest.mark.parametrize(
@@ -66,7 +65,6 @@ def test_the_filter_reads_a_stat_loop(tmp_path):
         ([3], "[0]: expected a stat result with item (the file name) and stat, got integer"),
     ],
 )
-def test_the_filter_refuses_what_is_no_stat_loop(results, msg):
-    with pytest.raises(AnsibleFilterError) as err:
-        fleet.FilterModule().filters()["fleet_outputs_stale"](results)
-    assert str(err.value) == f"gpusplit.k8s.fleet_outputs_stale refused:\n- {msg}"
+def test_the_step_refuses_what_is_no_stat_loop(results, msg):
+    out = run_step("fleet_outputs_stale", {"stats": results}, StepContext())
+    assert out["msg"] == f"gpusplit fleet_outputs_stale refused:\n- {msg}"

@@ -15,13 +15,13 @@ from pathlib import Path
 import jsonschema
 import pytest
 import yaml
-from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpusplit.k8s.plugins.filter import gpu_operator as gpu_operator_filters
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import MIG_STRATEGIES, plan_fleet
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator as G
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator_checks as C
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._steps import cluster_steps
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
 
 ROOT = Path(__file__).resolve().parents[4]
 FIXTURES = ROOT / "tests" / "fixtures" / "gpus"
@@ -720,11 +720,19 @@ def test_colliding_plugins_refuse_only_with_refuse():
     G.operator_config(plan, {}, [live_policy()], VM, daemonsets=[gated])
 
 
-def test_filters_wrap_refusals_and_read_hostvars():
-    filters = gpu_operator_filters.FilterModule().filters()
-    with pytest.raises(AnsibleFilterError, match="GPU Operator mode refused:\n- 2 ClusterPolicies"):
-        filters["operator_config"](fleet(), {}, [live_policy("a"), live_policy("b")], VM)
+def test_the_step_wraps_refusals_and_reads_hostvars():
+    out = run_step(
+        "operator_config",
+        {
+            "plan": fleet(),
+            "settings": VM,
+            "clusterpolicies": [live_policy("a"), live_policy("b")],
+            "nodes": [],
+        },
+        StepContext(hostvars={h: {} for h in fleet()["nodes"]}),
+    )
+    assert out["failed"] and out["msg"].startswith("gpusplit GPU Operator mode refused:\n- 2 ClusterPolicies")
     hostvars = {"h1": {"gpusplit_mig_config": "all-1g.10gb"}, "h2": {}, "h3": {"gpusplit_mig_config": ""}}
-    assert filters["mig_configs"](hostvars, ["h1", "h2", "h3"]) == {"h1": "all-1g.10gb"}
-    assert filters["colliding_plugins"]([], fleet(), True) == []
-    assert filters["operator_plugin_pods"]([], fleet()) == []
+    assert cluster_steps._mig_configs(hostvars, ["h1", "h2", "h3"]) == {"h1": "all-1g.10gb"}
+    assert C.colliding_plugin_daemonsets([], fleet(), True) == []
+    assert C.operator_plugin_pods_on_split_nodes([], fleet()) == []

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpusplit.k8s.plugins.filter import admission_guard as guard_filter
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import guard_report as gr
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
 
 PSA = "pod-security.kubernetes.io/enforce"
 GPU_TOL = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
@@ -179,6 +178,9 @@ def test_bad_input_is_refused():
                 "plugins": [{"name": "PodSecurity", "configuration": {"defaults": {"enforce": "open"}}}],
             }
         )
-    report_filter = guard_filter.FilterModule().filters()["guard_privileged_report"]
-    with pytest.raises(AnsibleFilterError, match="gpusplit guard report refused"):
-        report_filter([], [], [], default_level="admin")
+    refused = run_step(
+        "guard_report",
+        {"namespaces": [], "workloads": [], "nodes": [], "default_level": "admin"},
+        StepContext(),
+    )
+    assert refused["failed"] and refused["msg"].startswith("gpusplit guard report refused")

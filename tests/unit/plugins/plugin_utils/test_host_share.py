@@ -268,7 +268,7 @@ def test_filters():
     filters = host_share_filter.FilterModule().filters()
     share = filters["host_share"](plan(), ["a"], "/x")
     assert share["dropins"][0]["unit"] == "a.service"
-    assert filters["stale_dropins"](None, share) == []
+    assert hs.stale_dropins([], share) == []
     with pytest.raises(AnsibleFilterError, match="gpusplit host share refused:\n- gpu-01: "):
         filters["host_share"](dict(plan(), mode="bogus"))
 

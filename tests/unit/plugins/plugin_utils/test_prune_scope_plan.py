@@ -13,8 +13,8 @@ import re
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.filter.split import FilterModule
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_render import fleet, live_node
 
 BASE = "app.kubernetes.io/managed-by=gpusplit,app.kubernetes.io/name=gpusplit-device-plugin"
@@ -151,17 +151,26 @@ def test_an_unknown_scope_is_refused_naming_the_variable(scope):
             call()
 
 
-def test_the_filters_pass_the_scope_on():
-    from ansible.errors import AnsibleFilterError
-
-    filters = FilterModule().filters()
-    assert " in (" in filters["prune_scope"](fleet(), BASE, PLANNED, "plan")["selector"]
-    assert filters["prune_scope"](fleet(), BASE, PLANNED)["selector"] == BASE
+def test_the_steps_pass_the_scope_on():
+    hostvars = {n: {} for n in PLANNED}
+    context = StepContext(hostvars=hostvars, groups={"all": list(PLANNED)})
+    checks = run_step("split_cluster_checks", {"plan": fleet(), "live": {}, "prune_scope": "plan"}, context)
+    assert " in (" in checks["prune"]["selector"]
+    assert (
+        run_step("split_cluster_checks", {"plan": fleet(), "live": {}}, context)["prune"]["selector"] == BASE
+    )
     nodes = [{"metadata": {"name": "gone", "labels": {"gpusplit.io/split": "true"}}}]
-    assert filters["departed_nodes"](nodes, fleet(), PLANNED, "plan") == []
-    assert filters["gpu_taint_removals"]([], fleet(), True, PLANNED, "plan") == []
-    with pytest.raises(AnsibleFilterError, match="gpusplit_prune_scope"):
-        filters["prune_scope"](fleet(), BASE, PLANNED, "slices")
+    objects = run_step(
+        "split_cluster_objects",
+        {"plan": fleet(), "live": {"labelled": nodes}, "inventory_nodes": PLANNED, "prune_scope": "plan"},
+        context,
+    )
+    assert objects["departed"] == []
+    assert render.gpu_taint_removals([], fleet(), True, PLANNED, "plan") == []
+    refused = run_step(
+        "split_cluster_checks", {"plan": fleet(), "live": {}, "prune_scope": "slices"}, context
+    )
+    assert refused["failed"] and "gpusplit_prune_scope" in refused["msg"]
 
 
 def test_a_selector_the_apiserver_would_refuse_is_refused_before_anything_is_sent():

@@ -14,11 +14,11 @@ import subprocess
 import pytest
 import yaml
 
-from ansible_collections.gpusplit.k8s.plugins.filter.stock_plugin import FilterModule
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import LABEL_MANAGED_BY, MANAGED_BY
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator_checks, stock_plugin
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
 from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import query
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._dra.dra_testdata import REFERENCE_DIR
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_render import fleet, gpu
@@ -233,9 +233,22 @@ def test_pods_on_split_nodes_count_terminating_ones_and_skip_gpusplits_and_other
     assert stock_plugin.pods_on_split_nodes(None, plan) == []
 
 
-def test_the_filters_are_the_functions():
-    filters = FilterModule().filters()
+def test_the_steps_are_the_functions():
     ds = plugin_ds("nvdp", "nvidia", selector={"app": "nvdp"})
-    assert filters["stock_plugin_pod_queries"]([ds]) == stock_plugin.pod_queries([ds])
-    assert filters["stock_plugin_helm_releases"]([ds]) == []
-    assert filters["stock_plugin_pods"]([pod("p", "a-dp")], fleet())[0]["metadata"]["name"] == "p"
+    checks = run_step("split_cluster_checks", {"plan": fleet(), "live": {"daemonsets": [ds]}}, StepContext())
+    assert checks["pod_queries"] == stock_plugin.pod_queries([ds])
+    assert checks["helm"] == []
+    calls = []
+
+    def run_module(name, args):
+        calls.append((name, args))
+        return {"resources": [pod("p", "a-dp")]}
+
+    left = run_step(
+        "split_cluster_stock_wait",
+        {"plan": fleet(), "pod_queries": checks["pod_queries"], "wait_seconds": 4},
+        StepContext(run_module=run_module),
+    )["left"]
+    assert left[0]["metadata"]["name"] == "p"
+    # up to wait_seconds // 2 retries after the first listing, as the loop's until did
+    assert len(calls) == 3 and calls[0][0] == "kubernetes.core.k8s_info"

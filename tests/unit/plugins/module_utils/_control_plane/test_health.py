@@ -592,7 +592,7 @@ def test_module_needs_a_kubeconfig_for_metrics(capsys):
 
 
 # --------------------------------------------------------------------------------------------
-# the k3s/rke2 drop-in the role renders (the role's filters are tested in test_cp_filters.py)
+# the k3s/rke2 drop-in the role renders (the role's steps are tested in plugin_utils/test_role_steps.py)
 
 
 def test_rancher_dropin_is_deterministic_and_sorted():

@@ -127,6 +127,6 @@ def every_filter():
 def test_every_filter_runs_with_the_collector_paused():
     """Every filter of the collection goes through filter_errors.wrap, which pauses the collector."""
     found = dict(every_filter())
-    assert len(found) > 50
+    assert len(found) >= 15
     unpaused = sorted(name for name, func in found.items() if getattr(func, "gc_paused", False) is not True)
     assert not unpaused, f"filters not built by plugin_utils/filter_errors.filters: {unpaused}"

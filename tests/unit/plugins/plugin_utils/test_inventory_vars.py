@@ -1,12 +1,12 @@
-"""Filter discovery_reports: the fleet's GPU reports from the discovery's registered results (role
-gpu_discovery keeps them in one step for the fleet, not in a task per host)."""
+"""What the roles read of the inventory (plugins/plugin_utils/inventory_vars.py): the fleet's GPU reports from the
+discovery's registered results (role gpu_discovery keeps them in one step for the fleet, not in a task per host)."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.filter import fleet
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import inventory_vars as fleet
 from ansible_collections.gpusplit.k8s.tests.unit.gpufacts import h100
 
 

@@ -1,0 +1,187 @@
+"""The roles' steps on the controller (plugins/plugin_utils/role_steps.py): what each computes from its inputs
+and the inventory, and how a refusal or a bug comes back (a failed result, never Python's own text)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, role_steps
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._steps import cluster_steps
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
+from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_render import fleet, live_node
+
+
+def inventory(*hosts, **node_names):
+    hostvars = {h: ({"gpusplit_node_name": node_names[h]} if h in node_names else {}) for h in hosts}
+    return StepContext(hostvars=hostvars, groups={"all": list(hosts)})
+
+
+def test_every_step_runs_with_the_collector_paused():
+    assert all(getattr(func, "gc_paused", False) for func in role_steps.STEPS.values())
+
+
+def test_a_refusal_is_titled_and_a_bug_is_named_without_python_text():
+    refused = run_step("split_cluster_checks", {"plan": fleet(), "prune_scope": "x"}, inventory())
+    assert refused["failed"] and refused["msg"].startswith("gpusplit render refused:\n- gpusplit_prune_scope")
+    assert refused["errors"] and refused["errors"][0].startswith("gpusplit_prune_scope")
+    bug = run_step("split_cluster_checks", {"plan": fleet(), "live": {"daemonsets": [7]}}, inventory())
+    assert bug["failed"] and "cannot read its inputs as given" in bug["msg"], bug
+    assert "live: mapping" in bug["msg"] and "object has no attribute" not in bug["msg"]
+    assert run_step("split_cluster_checks", [], inventory())["msg"] == "inputs: expected a mapping, got list"
+    assert "no step 'nope'" in run_step("nope", {}, inventory())["msg"]
+    not_mapping = run_step("split_cluster_checks", {"plan": []}, inventory())
+    assert not_mapping["failed"] and "plan: expected a mapping, got list" in not_mapping["msg"]
+
+
+def test_split_cluster_checks_name_every_inventory_node_and_scope_the_prune():
+    plan = fleet()
+    context = inventory("a-dp", "gone-host", "b-dra", "c-op", "d-none", "e-zero", **{"gone-host": "gpu-gone"})
+    out = run_step("split_cluster_checks", {"plan": plan, "live": {"daemonsets": []}}, context)
+    assert out["inventory_nodes"] == ["a-dp", "gpu-gone", "b-dra", "c-op", "d-none", "e-zero"]
+    assert out["prune"] == render.prune_scope(
+        cluster_steps.SPLIT_PLUGIN_SELECTOR, plan, out["inventory_nodes"]
+    )
+    assert out["split_nodes"] == [p["node"] for p in plan["nodes"].values() if p["split"]]
+    assert out["foreign"] == out["helm"] == out["pod_queries"] == []
+
+
+def test_split_cluster_objects_are_the_renderers_output():
+    plan = fleet()
+    inventory_nodes = [p["node"] for p in plan["nodes"].values()]
+    live = [live_node("gpu-gone")]
+    inputs = {
+        "plan": plan,
+        "live": {"labelled": live},
+        "inventory_nodes": inventory_nodes,
+        "prune": {"selector": "x", "kept": ["a-dp", "zz-outside"]},
+        "gpu_taint": True,
+        "gpu_hosts": ["a-dp", "b-dra"],
+    }
+    out = run_step("split_cluster_objects", inputs, inventory("a-dp", "b-dra"))
+    assert out["node_patches"] == render.render_node_patches(plan, False, True)
+    # nothing read with gpusplit's managedFields: every patch needs the apply
+    assert len(out["node_patches_needed"]) == len(out["node_patches"])
+    assert out["departed"] == render.departed_nodes(live, plan, inventory_nodes) == ["gpu-gone"]
+    assert out["release_patches"] == render.render_release_patches(["gpu-gone"])
+    assert out["objects"] == render.render_fleet(plan, {})
+    assert out["taint_nodes"] == render.gpu_taint_nodes(live, plan, True, inventory_nodes)
+    # the kept nodes of the GPU groups' hosts only; the exclusions only with stock_plugin_action exclude
+    assert out["unplanned"] == ["a-dp"]
+    assert out["exclusions"] == []
+
+
+def test_split_cluster_objects_exclude_each_foreign_plugin_keeping_its_terms():
+    from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_stock_plugin import plugin_ds
+
+    ds = plugin_ds("nvdp", "nvidia", selector={"app": "nvdp"})
+    inputs = {"plan": fleet(), "foreign": [ds], "stock_plugin_action": "exclude", "plugin_settings": {}}
+    (patch,) = run_step("split_cluster_objects", inputs, inventory())["exclusions"]
+    settings = {"stock_plugin_name": "nvdp", "stock_plugin_namespace": "nvidia"}
+    assert patch == render.render_stock_plugin_exclusion(settings, ds)
+    assert patch["metadata"]["name"] == "nvdp" and patch["metadata"]["namespace"] == "nvidia"
+
+
+# --------------------------------------------------------------------------------------------
+# control_plane_gates: detection, versions, API versions, a component's own error
+
+
+def step_ok(name, **inputs):
+    out = run_step(name, inputs, StepContext())
+    assert not out.get("failed"), out
+    return out
+
+
+def test_detect_and_version_steps():
+    from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._control_plane.cp_testdata import (
+        ROOT,
+    )
+
+    hints = {"static_pod_manifests": ["kube-apiserver.yaml", "etcd.yaml"]}
+    assert step_ok("cp_detect", hints=hints)["kind"] == "kubeadm"
+    assert step_ok("cp_detect", hints={"rancher": "rke2"})["kind"] == "rke2"
+    managed = step_ok("cp_detect", hints={"node_labels": [{"eks.amazonaws.com/nodegroup": "gpu"}]})
+    assert managed["kind"] == "managed" and "cannot be changed by gpusplit" in managed["message"]
+    manifest = (ROOT / "tests" / "fixtures" / "kubeadm" / "v1beta4" / "kube-apiserver.yaml").read_text()
+    assert step_ok("cp_version", kind="kubeadm", manifest=manifest)["version"] == "1.37.2"
+    output = "k3s version v1.37.2+k3s1 (abcdef)\ngo version go1.26"
+    assert step_ok("cp_version", kind="k3s", version_output=output)["version"] == "1.37.2"
+    assert step_ok("cp_version", given="1.36.1", kind="kubeadm", manifest=manifest)["version"] == "1.36.1"
+    refused = run_step("cp_version", {"kind": "kubeadm", "manifest": "kind: Service\n"}, StepContext())
+    assert refused["failed"] and "not a Pod manifest" in refused["msg"]
+
+
+def test_enabled_api_versions_step():
+    def enabled(runtime_config):
+        return step_ok("cp_api_versions", runtime_config=runtime_config)["api_versions"]
+
+    assert enabled(
+        {"scheduling.k8s.io/v1beta1": "true", "resource.k8s.io/v1beta2": "false", "api/alpha": "true"}
+    ) == ["scheduling.k8s.io/v1beta1"]
+    assert enabled({"scheduling.k8s.io/v1alpha3": True, "x.k8s.io/v1/things": "true"}) == [
+        "scheduling.k8s.io/v1alpha3"
+    ]
+    assert enabled({}) == []
+    # kube-apiserver's reading: no value is on, Go ParseBool otherwise (what it refuses is not on)
+    assert enabled({"a.io/v1": None, "b.io/v1": "", "c.io/v1": "TRUE", "d.io/v1": "tRuE", "e.io/v1": 0}) == [
+        "a.io/v1",
+        "b.io/v1",
+        "c.io/v1",
+    ]
+
+
+def test_component_error_step_reads_stdout_and_stderr():
+    from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._control_plane.test_health import (
+        APISERVER_CRASH_LOG,
+    )
+
+    def lines(texts, max_lines=6):
+        return step_ok("cp_component_error", texts=texts, max_lines=max_lines)["lines"]
+
+    assert lines(["", "Error: unknown flag: --runtime-config\n"]) == ["Error: unknown flag: --runtime-config"]
+    assert lines([APISERVER_CRASH_LOG], 1)[0].endswith(
+        'err="unrecognized feature gate: NoSuchGateForGpusplit"'
+    )
+
+
+@pytest.mark.parametrize("max_lines", ["y", None, 0, -2, 1.5, True])
+def test_cp_component_error_refuses_a_max_lines_that_is_no_count(max_lines):
+    out = run_step("cp_component_error", {"texts": ["E0101 boom"], "max_lines": max_lines}, StepContext())
+    assert out["msg"] == (
+        "gpusplit cp_component_error refused:\n"
+        f"- max_lines: expected a whole number of lines (1 or more), got {max_lines!r}"
+    )
+
+
+def test_cp_component_error_reads_a_count_given_as_text():
+    assert step_ok("cp_component_error", texts=["a\nb\nc"], max_lines="2")["lines"] == ["b", "c"]
+
+
+def test_loading_the_steps_imports_no_library():
+    """A worker that runs one step imports that step's libraries, not every step's (plugin_utils/lazy.py): the
+    per-host steps (host_run, dra_host_report, the control plane's) run in a worker of their own per host."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from ansible_collections.gpusplit.k8s.plugins.plugin_utils import lazy as lazy_module
+
+    collections = Path(lazy_module.__file__).parents[5]
+    script = (
+        "import json, sys\n"
+        "from ansible.utils.collection_loader._collection_finder import _AnsibleCollectionFinder\n"
+        "_AnsibleCollectionFinder(paths=[sys.argv[1]])._install()\n"
+        "import ansible_collections.gpusplit.k8s.plugins.action.role_step\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('ansible_collections.gpusplit'))))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(collections)], capture_output=True, text=True, check=True
+    )
+    loaded = {m.rsplit(".plugins.", 1)[-1] for m in json.loads(out.stdout.splitlines()[-1])}
+    libraries = {
+        "plugin_utils.render",
+        "plugin_utils.host_side",
+        "module_utils._split.planner",
+        "plugin_utils._dra.render",
+    }
+    assert loaded & libraries == set(), loaded
