@@ -9,7 +9,6 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpusplit.k8s.plugins.filter import dra as dra_filters
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
 
 ROOT = Path(__file__).resolve().parents[4]
 
@@ -24,11 +23,3 @@ def test_filters_are_named_and_wrap_refusals():
     assert not set(filters) & others
     with pytest.raises(AnsibleFilterError, match="gpusplit DRA refused"):
         filters["dra_diagnostic_claim"]({"host": "h", "node": "n", "minor_number": 1}, "diag", "ops", "Pod")
-    # the roles' DRA steps (plugins/plugin_utils/role_steps.py) title theirs the same way
-    located = {"host": "h", "node": "n", "minor_number": 1}
-    refused = run_step("isolation_rules", {"located": located, "effect": "Evict"}, StepContext())
-    assert "gpusplit DRA refused" in refused["msg"]
-    assert "split plan refused" in run_step("dra_split_objects", {"plan": "not a plan"}, StepContext())["msg"]
-    results = [{"source": "/a.toml", "content": "ZW5hYmxlX2NkaSA9IHRydWUK"}, {"skipped": True}]
-    report = run_step("dra_host_report", {"slurped": results}, StepContext())
-    assert report["imports"] == [{"path": "/a.toml", "text": "enable_cdi = true\n"}]

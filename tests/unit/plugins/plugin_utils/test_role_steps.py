@@ -185,3 +185,63 @@ def test_loading_the_steps_imports_no_library():
         "plugin_utils._dra.render",
     }
     assert loaded & libraries == set(), loaded
+
+
+# --------------------------------------------------------------------------------------------
+# refusals: titled as the filters title theirs, naming the host, field or object
+
+HOSTVARS = {
+    "gpu-a": {"ansible_facts": {"nvidia_gpus": [{"uuid": "GPU-a"}]}, "gpusplit_mig_config": "all-disabled"}
+}
+
+
+@pytest.mark.parametrize(
+    ("step", "inputs"),
+    [
+        ("fleet_facts", lambda hosts: {"hosts": hosts}),
+        ("discovery_reports", lambda hosts: {"hosts": hosts}),
+        ("split_cluster_checks", lambda hosts: {"plan": {"nodes": {}}}),
+        ("operator_config", lambda hosts: {"plan": {"nodes": {h: {} for h in hosts}}}),
+    ],
+)
+def test_a_role_step_refuses_a_host_that_is_not_in_the_inventory_naming_it(step, inputs):
+    title = {"operator_config": "gpusplit GPU Operator mode"}.get(step, f"gpusplit {step}")
+
+    def run(hosts):
+        return run_step(step, inputs(hosts), StepContext(hostvars=HOSTVARS, groups={"all": hosts}))
+
+    if step != "operator_config":  # (an empty node plan is no plan the GPU Operator mode takes)
+        assert not run(["gpu-a"]).get("failed")  # a known host: as before
+    assert run(["gpu-a", "gpu-z"])["msg"] == (
+        f"{title} refused:\n- host 'gpu-z' is not in the inventory (hostvars has no such host)"
+    )
+
+
+def test_the_dra_steps_title_their_refusals():
+    located = {"host": "h", "node": "n", "minor_number": 1}
+    refused = run_step("isolation_rules", {"located": located, "effect": "Evict"}, StepContext())
+    assert "gpusplit DRA refused" in refused["msg"]
+    assert "split plan refused" in run_step("dra_split_objects", {"plan": "not a plan"}, StepContext())["msg"]
+    results = [{"source": "/a.toml", "content": "ZW5hYmxlX2NkaSA9IHRydWUK"}, {"skipped": True}]
+    report = run_step("dra_host_report", {"slurped": results}, StepContext())
+    assert report["imports"] == [{"path": "/a.toml", "text": "enable_cdi = true\n"}]
+
+
+@pytest.mark.parametrize(
+    ("inputs", "msg"),
+    [
+        (
+            {"clusterpolicies": {"name": "cluster-policy"}},
+            "clusterpolicies: expected a list of ClusterPolicy objects (k8s_info resources), got mapping",
+        ),
+        ({"daemonsets": ["ds"]}, "daemonsets[0]: expected a mapping (a Kubernetes object), got string"),
+    ],
+)
+def test_operator_config_refuses_inputs_of_the_wrong_type(inputs, msg):
+    from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
+    from ansible_collections.gpusplit.k8s.tests.unit.gpufacts import h100
+
+    plan = plan_fleet({"gpu-a": {"facts": [h100(0), h100(1)], "mode": "gpu_operator", "split": {"count": 1}}})
+    # the step reads each planned host's gpusplit_mig_config itself
+    out = run_step("operator_config", {"plan": plan, **inputs}, StepContext(hostvars={"gpu-a": {}}))
+    assert out["msg"] == f"gpusplit GPU Operator mode refused:\n- {msg}"
