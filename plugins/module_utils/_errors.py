@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import math
 
 
 class GpusplitError(ValueError):
@@ -138,7 +139,7 @@ def check_number(value, name, low=None, high=None, integer=False, above=False, u
     they fail later with Python's words or after a change was made."""
     ok = not isinstance(value, bool) and isinstance(value, (int, float))
     if ok and isinstance(value, float):
-        ok = value == value and value not in (float("inf"), float("-inf"))
+        ok = math.isfinite(value)
     if ok and integer and not isinstance(value, int):
         ok = isinstance(value, float) and value == int(value)
     if ok and low is not None:

@@ -231,7 +231,7 @@ def run(module: AnsibleModule) -> dict:
     if module._diff:
         result["diff"] = {"before": text, "after": new_text}
     if result["changed"] and path and not module.check_mode:
-        with fail_on_refusal(module, **dict(result, changed=False)), writing(path):
+        with fail_on_refusal(module, **{**result, "changed": False}), writing(path):
             backup = write_with_backup(module, path, new_text, "beside" if p["backup"] else None, option=None)
         if backup:
             result["backup_file"] = backup

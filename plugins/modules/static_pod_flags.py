@@ -301,7 +301,7 @@ def restore(module: AnsibleModule) -> dict:
         result["diff"] = file_diff(before_text, text, path)
     if result["changed"] and not module.check_mode:
         # a new file gets the backup's mode, which kept the manifest's (0600 from kubeadm)
-        with fail_on_refusal(module, **dict(result, changed=False)), writing(path):
+        with fail_on_refusal(module, **{**result, "changed": False}), writing(path):
             write_atomic(
                 module,
                 path,
@@ -382,7 +382,7 @@ def run(module: AnsibleModule) -> dict:
     if not edit["changed"]:
         return result
 
-    unchanged = dict(result, changed=False)  # what a refusal from here on reports: nothing was written
+    unchanged = {**result, "changed": False}  # what a refusal from here on reports: nothing was written
     problem = check_backup_dir(p["backup_dir"], path)
     if problem:
         module.fail_json(msg=problem, **unchanged)

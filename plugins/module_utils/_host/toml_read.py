@@ -18,6 +18,7 @@ from __future__ import annotations
 import datetime as _dt
 import re
 from math import copysign as _copysign
+from math import isnan as _isnan
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 
@@ -612,8 +613,8 @@ def same_value(a, b):
     if type(a) is not type(b):
         return False
     if isinstance(a, float):
-        if a != a or b != b:
-            return a != a and b != b
+        if _isnan(a) or _isnan(b):
+            return _isnan(a) and _isnan(b)
         return a == b and _copysign(1.0, a) == _copysign(1.0, b)
     if isinstance(a, (_dt.datetime, _dt.time)):
         return a == b and a.tzinfo == b.tzinfo and a.utcoffset() == b.utcoffset()
