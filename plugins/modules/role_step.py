@@ -27,9 +27,9 @@ options:
     type: str
     required: true
     choices:
-      - cp_api_versions
       - cp_component_error
       - cp_detect
+      - cp_runtime_config
       - cp_version
       - discovery_reports
       - dra_check_published
@@ -97,9 +97,9 @@ errors:
 from ansible.module_utils.basic import AnsibleModule
 
 STEPS = (
-    "cp_api_versions",
     "cp_component_error",
     "cp_detect",
+    "cp_runtime_config",
     "cp_version",
     "discovery_reports",
     "dra_check_published",

@@ -223,20 +223,23 @@ def cp_version(inputs, context):
 
 
 @step
-def cp_api_versions(inputs, context):
-    """``api_versions``: the group/versions that a ``--runtime-config`` map switches on.
+def cp_runtime_config(inputs, context):
+    """``runtime_config``: the kube-apiserver's ``--runtime-config`` this run plans, the catalog's requested entries
+    with the role's own over them; ``api_versions``: the group/versions that map switches on.
 
-    inputs: runtime_config.
+    inputs: requested (feature_gate_preflight's runtime_config for the requested gates), extra
+    (gpusplit_cp_runtime_config).
     """
-    runtime_config = mapping_input(inputs, "runtime_config")
+    runtime_config = {**mapping_input(inputs, "requested"), **mapping_input(inputs, "extra")}
     return {
+        "runtime_config": runtime_config,
         "api_versions": sorted(
             key
             for key, value in runtime_config.items()
             if key.count("/") == 1
             and not key.startswith("api/")
             and cp_gate_preflight.runtime_config_on(value)
-        )
+        ),
     }
 
 

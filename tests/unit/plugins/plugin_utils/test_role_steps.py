@@ -112,7 +112,13 @@ def test_detect_and_version_steps():
 
 def test_enabled_api_versions_step():
     def enabled(runtime_config):
-        return step_ok("cp_api_versions", runtime_config=runtime_config)["api_versions"]
+        return step_ok("cp_runtime_config", requested=runtime_config)["api_versions"]
+
+    # the role's own entries over the catalog's, as Ansible's combine
+    planned = step_ok(
+        "cp_runtime_config", requested={"a.io/v1": "true", "b.io/v1": "true"}, extra={"b.io/v1": "false"}
+    )
+    assert planned == {"runtime_config": {"a.io/v1": "true", "b.io/v1": "false"}, "api_versions": ["a.io/v1"]}
 
     assert enabled(
         {"scheduling.k8s.io/v1beta1": "true", "resource.k8s.io/v1beta2": "false", "api/alpha": "true"}
