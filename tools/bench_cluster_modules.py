@@ -41,7 +41,7 @@ same counts read); nothing is asserted about time. Needs the lab (``python -m la
 nodes (``cmb-0000``...) and namespace and deletes them at the end. Recorded runs: docs/performance.md.
 
     python tools/bench_cluster_modules.py [--nodes 200] [--trials 2] [--jobs read,apply,taint,evict]
-                                          [--json out/bench-cluster-modules.json] [--keep DIR]
+                                          [--json out/bench-cluster-modules.json] [--keep DIR] [--cold-discovery]
 """
 
 from __future__ import annotations
