@@ -268,18 +268,22 @@ class HpackDecoder:
         fields = []
         pos = 0
         size_of_list = 0
+
+        def keep(field):
+            nonlocal size_of_list
+            size_of_list += len(field[0]) + len(field[1]) + 32
+            if size_of_list > self.max_list_size:
+                raise HpackError(
+                    f"a header block decodes to more than {self.max_list_size} octets of fields "
+                    "(SETTINGS_MAX_HEADER_LIST_SIZE); refusing to read more"
+                )
+            fields.append(field)
+
         while pos < len(block):
             octet = block[pos]
-            if fields:
-                size_of_list += len(fields[-1][0]) + len(fields[-1][1]) + 32
-                if size_of_list > self.max_list_size:
-                    raise HpackError(
-                        f"a header block decodes to more than {self.max_list_size} octets of fields "
-                        "(SETTINGS_MAX_HEADER_LIST_SIZE); refusing to read more"
-                    )
             if octet & 0x80:  # indexed header field
                 index, pos = self.integer(block, pos, 7)
-                fields.append(self.entry(index))
+                keep(self.entry(index))
                 continue
             if octet & 0xE0 == 0x20:  # dynamic table size update
                 if fields:
@@ -303,12 +307,5 @@ class HpackDecoder:
             value, pos = self.string(block, pos)
             if indexing:
                 self.add(name, value)
-            fields.append((name, value))
-        if fields:
-            size_of_list += len(fields[-1][0]) + len(fields[-1][1]) + 32
-            if size_of_list > self.max_list_size:
-                raise HpackError(
-                    f"a header block decodes to more than {self.max_list_size} octets of fields "
-                    "(SETTINGS_MAX_HEADER_LIST_SIZE); refusing to read more"
-                )
+            keep((name, value))
         return fields
