@@ -9,9 +9,17 @@ VENV := .venv
 BIN := $(VENV)/bin
 COLL_LINK := .collections/ansible_collections/gpusplit/k8s
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
-export PATH := $(CURDIR)/$(BIN):$(CURDIR)/.lab/bin:$(PATH)
+# The lab's Kubernetes release: K8S=1.36.3 (one of lab/versions.env KUBE_VERSIONS) builds and starts
+# that release, and its kubectl (.lab/bin/<version>) comes first on PATH; unset, lab-up starts the
+# default (KUBE_VERSION) and lab-build builds every release of KUBE_VERSIONS.
+K8S ?=
+KUBE_DEFAULT := $(shell sed -n 's/^KUBE_VERSION=//p' lab/versions.env)
+ifneq ($(K8S),)
+export GPUSPLIT_KUBE_VERSION := $(K8S)
+endif
+export PATH := $(if $(K8S),$(CURDIR)/.lab/bin/$(K8S):)$(CURDIR)/$(BIN):$(CURDIR)/.lab/bin:$(PATH)
 
-.PHONY: venv legs-venv test-matrix demo test lint unit integration bench lab-build lab-up lab-down lab-status clean dist changelog multi-python bench-fleet
+.PHONY: venv legs-venv test-matrix demo test lint unit integration bench lab-build lab-up lab-down lab-status lab-reset clean dist changelog multi-python bench-fleet
 
 venv: $(VENV)/.done $(COLL_LINK)
 
@@ -38,9 +46,11 @@ $(COLL_LINK):
 	ln -sfn ../../.. $(COLL_LINK)
 
 lab-build: venv
-	lab/build.sh all
+	K8S=$(K8S) lab/build.sh all
 
-lab-up: lab-build
+# builds (or finds cached) the binaries of the release it starts only
+lab-up: venv
+	K8S=$(or $(K8S),$(KUBE_DEFAULT)) lab/build.sh all
 	$(BIN)/python -m lab.lab up
 
 lab-down:
@@ -48,6 +58,10 @@ lab-down:
 
 lab-status: venv
 	$(BIN)/python -m lab.lab status
+
+# stop the lab and remove its cluster (etcd data, manifests), e.g. before starting another release
+lab-reset:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m lab.lab reset; fi
 
 demo: lab-up
 	@echo "== 1/3 the split: discover, plan, apply (host and cluster side), verify =="

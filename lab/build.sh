@@ -2,8 +2,11 @@
 # Build the lab's pinned control-plane binaries from the published Go modules.
 # Output: .lab/bin/{etcd,kube-apiserver,kube-scheduler,kube-controller-manager,kubeadm,kwok} and
 # the NVIDIA Container Toolkit's Go programs (TOOLKIT_COMMANDS below, for the hardening matrix,
-# tests/integration/test_toolkit_matrix.py).
-# A binary is rebuilt only when its version stamp (.lab/bin/.<name>.version) differs from
+# tests/integration/test_toolkit_matrix.py). The other Kubernetes releases of KUBE_VERSIONS go to
+# .lab/bin/<version>/ (kube-apiserver, kube-scheduler, kube-controller-manager, kubeadm and kubectl:
+# the venv's kubectl is the default release's, and kubectl supports one minor version of skew).
+# K8S=<version> builds that release only; otherwise `all` builds every release of KUBE_VERSIONS.
+# A binary is rebuilt only when its version stamp (.<name>.version beside it) differs from
 # lab/versions.env; a cached one is left alone and reported as "cached".
 # `all` also puts the Kubernetes sources that the feature-gate catalog is checked against
 # (FEATURE_GATE_SOURCES) into the Go module cache.
@@ -11,7 +14,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=/dev/null
 . "$root/lab/versions.env"
-: "${KUBE_VERSION:?}" "${ETCD_VERSION:?}" "${KWOK_VERSION:?}" "${GO_TOOLCHAIN:?}" "${FEATURE_GATE_SOURCES:?}"
+: "${KUBE_VERSION:?}" "${KUBE_VERSIONS:?}" "${ETCD_VERSION:?}" "${KWOK_VERSION:?}" "${GO_TOOLCHAIN:?}" "${FEATURE_GATE_SOURCES:?}"
 : "${NVIDIA_CONTAINER_TOOLKIT_VERSION:?}"
 bin="$root/.lab/bin"
 work="$root/.lab/build"
@@ -95,34 +98,61 @@ progress() { # label
   log "$label: done in $((SECONDS - start)) s ($pkgs packages compiled, $mods modules downloaded)"
 }
 
-build_kube() {
-  local need=()
-  for c in kube-apiserver kube-scheduler kube-controller-manager kubeadm; do
-    stamp_ok "$c" "$KUBE_VERSION" || need+=("$c")
+kube_versions() { echo "${KUBE_VERSIONS//,/ }"; }
+
+check_kube_version() { # version: one of KUBE_VERSIONS, or die naming them
+  local v
+  for v in $(kube_versions); do [ "$v" = "$1" ] && return; done
+  die "Kubernetes $1 is not a version the lab supports; lab/versions.env KUBE_VERSIONS: $KUBE_VERSIONS"
+}
+
+kube_bin() { # version: where that release's binaries go (the default release's stay in .lab/bin)
+  if [ "$1" = "$KUBE_VERSION" ]; then echo "$bin"; else echo "$bin/$1"; fi
+}
+
+build_kube() { # version
+  local ver=$1 dest need=() c comps=(kube-apiserver kube-scheduler kube-controller-manager kubeadm)
+  check_kube_version "$ver"
+  dest=$(kube_bin "$ver")
+  [ "$ver" = "$KUBE_VERSION" ] || comps+=(kubectl)
+  mkdir -p "$dest"
+  for c in "${comps[@]}"; do
+    [ -x "$dest/$c" ] && [ "$(cat "$dest/.$c.version" 2>/dev/null)" = "$ver" ] || need+=("$c")
   done
-  [ ${#need[@]} -eq 0 ] && { log "kubernetes v$KUBE_VERSION binaries cached"; return; }
-  local d="$work/kube" modfile
+  [ ${#need[@]} -eq 0 ] && { log "kubernetes v$ver binaries cached (${dest#"$root"/})"; return; }
+  local d="$work/kube-$ver" modfile
+  [ "$ver" = "$KUBE_VERSION" ] && d="$work/kube"
   mkdir -p "$d"
-  log "preparing module k8s.io/kubernetes v$KUBE_VERSION (staging modules pinned to v0.${KUBE_VERSION#1.})"
-  modfile=$(gomod_of k8s.io/kubernetes "$KUBE_VERSION")
-  [ -n "$modfile" ] || die "could not download k8s.io/kubernetes v$KUBE_VERSION"
+  log "preparing module k8s.io/kubernetes v$ver (staging modules pinned to v0.${ver#1.})"
+  modfile=$(gomod_of k8s.io/kubernetes "$ver")
+  [ -n "$modfile" ] || die "could not download k8s.io/kubernetes v$ver"
   {
     echo "module gpusplit.lab/kube"
     echo
     echo "go $(go_directive "$modfile")"
     echo
-    echo "require k8s.io/kubernetes v$KUBE_VERSION"
+    echo "require k8s.io/kubernetes v$ver"
     echo
     echo "replace ("
-    sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 v0.'"${KUBE_VERSION#1.}"'#p' "$modfile"
+    sed -n 's#^\s*\(k8s.io/[a-z0-9-]*\) => ./staging/src/.*#\t\1 => \1 v0.'"${ver#1.}"'#p' "$modfile"
     echo ")"
   } >"$d/go.mod"
   use_go_for "$(go_directive "$modfile")"
   (cd "$d" && for c in "${need[@]}"; do
-     log "building $c v$KUBE_VERSION (a cold build takes many minutes on two cores)"
-     go build -v -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${KUBE_VERSION#1.}" -o "$bin/$c" "k8s.io/kubernetes/cmd/$c" 2>&1 | progress "$c"
-     mark "$c" "$KUBE_VERSION"
+     log "building $c v$ver (a cold build takes many minutes on two cores)"
+     go build -v -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$ver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${ver#1.}" -o "$dest/$c" "k8s.io/kubernetes/cmd/$c" 2>&1 | progress "$c"
+     echo "$ver" >"$dest/.$c.version"
    done)
+}
+
+# the releases `kube` and `all` build: K8S alone when it is set, else every one of KUBE_VERSIONS
+build_kube_versions() {
+  local v
+  if [ -n "${K8S:-}" ]; then
+    build_kube "$K8S"
+  else
+    for v in $(kube_versions); do build_kube "$v"; done
+  fi
 }
 
 build_simple() { # name module-version pkg go-module-path
@@ -189,13 +219,14 @@ gate_sources() {
 }
 
 cmd=${1:-all}
+[ -z "${K8S:-}" ] || check_kube_version "$K8S"
 case "$cmd" in
   kube | etcd | kwok | toolkit | gate-sources | all | go) ensure_go ;;
   *) echo "usage: $0 [all|kube|etcd|kwok|toolkit|gate-sources|go]" >&2; exit 2 ;;
 esac
 case "$cmd" in
   go) log "go: $(go version) (GO_TOOLCHAIN=$GO_TOOLCHAIN when a module needs a newer one)" ;;
-  kube) build_kube ;;
+  kube) build_kube_versions ;;
   etcd) build_simple etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
   kwok) build_simple kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok ;;
   toolkit) build_toolkit ;;
@@ -203,7 +234,7 @@ case "$cmd" in
   all)
     build_simple etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
     build_simple kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok
-    build_kube
+    build_kube_versions
     build_toolkit
     gate_sources ;;
 esac

@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parent.parent
 # host's keys). GPUSPLIT_LAB_DIR (with its own GPUSPLIT_LAB_HOST) runs a second lab from the same
 # checkout: the tests give each pytest-xdist worker past the first its own (tests/conftest.py).
 LAB = Path(os.environ.get("GPUSPLIT_LAB_DIR") or ROOT / ".lab").resolve()
-# the binaries lab/build.sh builds: one copy for every lab of the checkout
+# the binaries lab/build.sh builds: one copy for every lab of the checkout (the default Kubernetes
+# release's here, every other release's in BIN/<version>/: kube_bin)
 BIN = ROOT / ".lab" / "bin"
 PKI = LAB / "pki"
 DATA = LAB / "data"
@@ -100,6 +101,66 @@ def versions() -> dict[str, str]:
     return out
 
 
+# --------------------------------------------------------------------------- Kubernetes releases
+# The lab runs any release of KUBE_VERSIONS (lab/versions.env); KUBE_VERSION is the default, and
+# GPUSPLIT_KUBE_VERSION (`make lab-up K8S=<version>`) asks for another. The release a lab runs is the
+# tag of its static-pod manifests' images, as on a kubeadm node: the supervisor runs each component
+# from that release's binaries, so editing the image of a manifest upgrades that component.
+
+KUBE_VERSION_ENV = "GPUSPLIT_KUBE_VERSION"
+_IMAGE_TAG = re.compile(r"registry\.k8s\.io/(?P<name>[a-z-]+):v(?P<version>\d+\.\d+\.\d+)")
+
+
+def kube_versions() -> tuple[str, ...]:
+    """The Kubernetes releases the lab runs, the default first."""
+    pins = versions()
+    listed = [v.strip() for v in pins.get("KUBE_VERSIONS", "").split(",") if v.strip()]
+    default = pins["KUBE_VERSION"]
+    return (default, *[v for v in listed if v != default])
+
+
+def check_kube_version(version: str, what: str = "Kubernetes") -> str:
+    """The version when the lab runs it; otherwise a ValueError naming the releases it runs."""
+    supported = kube_versions()
+    if version not in supported:
+        raise ValueError(
+            f"{what} {version!r} is not a release the lab runs; lab/versions.env KUBE_VERSIONS: {', '.join(supported)}"
+        )
+    return version
+
+
+def requested_kube_version() -> str:
+    """The release asked for: GPUSPLIT_KUBE_VERSION (K8S= in the Makefile), else the default."""
+    asked = os.environ.get(KUBE_VERSION_ENV, "").strip().removeprefix("v")
+    return check_kube_version(asked, f"{KUBE_VERSION_ENV}") if asked else versions()["KUBE_VERSION"]
+
+
+def kube_bin(version: str) -> Path:
+    """Where lab/build.sh puts a release's binaries: .lab/bin for the default, .lab/bin/<version> else."""
+    return BIN if version == versions()["KUBE_VERSION"] else BIN / version
+
+
+def manifest_version(path: Path) -> str | None:
+    """The release a static-pod manifest runs (its image's tag), None when it names none."""
+    try:
+        doc = yaml.safe_load(path.read_text())
+        image = doc["spec"]["containers"][0].get("image") or ""
+    except (OSError, KeyError, IndexError, TypeError, AttributeError, yaml.YAMLError):
+        return None
+    match = _IMAGE_TAG.fullmatch(image)
+    return match.group("version") if match else None
+
+
+def lab_kube_version() -> str:
+    """The release of this lab: its kube-apiserver manifest's, or the requested one before it has any."""
+    return manifest_version(MANIFESTS / "kube-apiserver.yaml") or requested_kube_version()
+
+
+def kubectl_dirs(version: str) -> list[Path]:
+    """What to put first on PATH for a kubectl of the release (the venv's is the default's)."""
+    return [] if version == versions()["KUBE_VERSION"] else [kube_bin(version)]
+
+
 def _joined(d: dict) -> str:
     return ",".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in d.items())
 
@@ -133,7 +194,7 @@ def render_kwok_stages(template: str, kube_version: str) -> str:
 
 def write_kwok_stages() -> Path:
     """Render the kwok stages into .lab/ (written only when the template or the pin changed)."""
-    text = render_kwok_stages(KWOK_STAGES_TEMPLATE.read_text(), versions().get("KUBE_VERSION", ""))
+    text = render_kwok_stages(KWOK_STAGES_TEMPLATE.read_text(), lab_kube_version())
     if not KWOK_STAGES.is_file() or KWOK_STAGES.read_text() != text:
         LAB.mkdir(parents=True, exist_ok=True)
         tmp = KWOK_STAGES.with_name(f".{KWOK_STAGES.name}.{os.getpid()}")
@@ -208,9 +269,9 @@ def _component_flags(name: str) -> list[str]:
     return flags + common_gates
 
 
-def static_pod_manifest(name: str) -> dict:
-    """A kubeadm-shaped static Pod for one control-plane component."""
-    version = versions()["KUBE_VERSION"]
+def static_pod_manifest(name: str, version: str | None = None) -> dict:
+    """A kubeadm-shaped static Pod for one control-plane component of a release (the requested one)."""
+    version = version or requested_kube_version()
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -246,7 +307,7 @@ def write_manifests(force: bool = False) -> list[Path]:
 
 
 def command_from_manifest(path: Path) -> list[str]:
-    """The argv to run for a static-pod manifest: its container command, binary from .lab/bin."""
+    """The argv to run for a static-pod manifest: its container command, the binary of its image's release."""
     doc = yaml.safe_load(path.read_text())
     try:
         container = doc["spec"]["containers"][0]
@@ -256,4 +317,6 @@ def command_from_manifest(path: Path) -> list[str]:
     if not command:
         raise ValueError(f"{path.name}: spec.containers[0].command is empty")
     binary = Path(command[0]).name
-    return [str(BIN / binary), *command[1:]]
+    version = manifest_version(path)
+    where = kube_bin(check_kube_version(version, f"{path.name}: the image's release")) if version else BIN
+    return [str(where / binary), *command[1:]]

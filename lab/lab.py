@@ -3,6 +3,11 @@
     python -m lab.lab up        start (or find running) and wait until every component is healthy
     python -m lab.lab down      stop exactly the lab's processes
     python -m lab.lab status    health of each component, as JSON
+    python -m lab.lab reset     stop, and remove the cluster (etcd data, manifests) to start afresh
+
+The Kubernetes release is GPUSPLIT_KUBE_VERSION's (`make lab-up K8S=1.36.3`), else lab/versions.env
+KUBE_VERSION; KUBE_VERSIONS lists the releases the lab runs. A lab folder holds one release's cluster:
+`up` for another release refuses until `reset` has removed it.
 
 `up` starts a small supervisor in the background. It runs etcd and kwok, and runs the three
 control-plane components from their static-pod manifests in .lab/manifests, restarting one when
@@ -292,9 +297,25 @@ def supervisor_pid() -> int | None:
 # --------------------------------------------------------------------------- commands
 
 
-def missing_binaries() -> list[str]:
-    names = ["etcd", "kwok", *C.STATIC_COMPONENTS]
-    return [n for n in names if not (C.BIN / n).exists()]
+def missing_binaries(version: str | None = None) -> list[str]:
+    """The lab's binaries lab/build.sh has not built: etcd, kwok and the release's control plane."""
+    version = version or C.lab_kube_version()
+    where = C.kube_bin(version)
+    missing = [n for n in ("etcd", "kwok") if not (C.BIN / n).exists()]
+    missing += [C.shown(where / n) for n in C.STATIC_COMPONENTS if not (where / n).exists()]
+    return missing
+
+
+def version_conflict(requested: str) -> str | None:
+    """Why the lab cannot start the requested release: its folder holds another release's cluster."""
+    have = C.manifest_version(C.MANIFESTS / "kube-apiserver.yaml")
+    if have is None or have == requested:
+        return None
+    how = "`make lab-down`, then `make lab-reset`" if supervisor_pid() else "`make lab-reset`"
+    return (
+        f"the lab in {C.shown(C.LAB)} holds a Kubernetes {have} cluster (its static-pod manifests), not {requested}: "
+        f"{how} removes it (etcd data and manifests), or give this release a lab folder of its own (GPUSPLIT_LAB_DIR)"
+    )
 
 
 def command_hash(argv: list[str]) -> str:
@@ -346,10 +367,20 @@ def report_unhealthy(h: dict) -> str:
 
 
 def up(timeout: float = 180.0) -> int:
-    missing = missing_binaries()
+    try:
+        version = C.requested_kube_version()
+    except ValueError as exc:
+        print(f"lab: {exc}", file=sys.stderr)
+        return 2
+    conflict = version_conflict(version)
+    if conflict:
+        print(f"lab: {conflict}", file=sys.stderr)
+        return 2
+    missing = missing_binaries(version)
     if missing:
+        k8s = "" if version == C.versions()["KUBE_VERSION"] else f" K8S={version}"
         print(
-            f"lab binaries missing: {', '.join(missing)}; run `make lab-build` (lab/build.sh)",
+            f"lab binaries missing: {', '.join(missing)}; run `make lab-build{k8s}` (lab/build.sh)",
             file=sys.stderr,
         )
         return 2
@@ -385,11 +416,37 @@ def up(timeout: float = 180.0) -> int:
     from lab import nodes
 
     created = nodes.ensure_nodes()
-    print(f"lab: healthy; kubeconfig {C.shown(C.KUBECONFIG)}; nodes: {', '.join(created)}")
+    print(
+        f"lab: Kubernetes {version} healthy; kubeconfig {C.shown(C.KUBECONFIG)}; nodes: {', '.join(created)}"
+    )
+    for where in C.kubectl_dirs(version):
+        print(f"lab: kubectl {version} is {C.shown(where / 'kubectl')} (put {C.shown(where)} first on PATH)")
+    from lab import node as real_node  # the real node: containerd and a kubelet (lab/node.py)
+
+    ok, said = real_node.lab_up()
+    print(f"lab: {said}", file=sys.stdout if ok else sys.stderr)
+    return 0
+
+
+def reset() -> int:
+    """Stop the lab and remove its cluster: etcd's data and the static-pod manifests (PKI and hosts stay)."""
+    import shutil
+
+    down()
+    for path in (C.DATA / "etcd", C.MANIFESTS, STATE):
+        if path.is_dir():
+            shutil.rmtree(path)
+        else:
+            path.unlink(missing_ok=True)
+    print(f"lab: removed the cluster in {C.shown(C.LAB)} (etcd data, static-pod manifests)")
     return 0
 
 
 def down() -> int:
+    from lab import node as real_node  # first the real node: its kubelet, pods, containerd, mounts
+
+    for said in real_node.down():
+        print(f"lab: {real_node.NAME}: {said}")
     pid = supervisor_pid()
     state = read_state()
     if pid:
@@ -423,13 +480,18 @@ def status() -> int:
     state = read_state()
     report = {name: {**h.get(name, {}), **state.get(name, {})} for name in ORDER}
     report["sshd"] = sshd.health()
-    print(json.dumps({"supervisor_pid": supervisor_pid(), "components": report}, indent=2))
+    summary = {
+        "supervisor_pid": supervisor_pid(),
+        "kubernetes_version": C.lab_kube_version(),
+        "components": report,
+    }
+    print(json.dumps(summary, indent=2))
     return 0 if all(v.get("healthy") for v in report.values()) else 1
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.lab")
-    parser.add_argument("command", choices=["up", "down", "status", "supervise", "restart"])
+    parser.add_argument("command", choices=["up", "down", "status", "supervise", "restart", "reset"])
     parser.add_argument("--timeout", type=float, default=180.0)
     args = parser.parse_args(argv)
     if args.command == "up":
@@ -441,6 +503,8 @@ def main(argv: list[str] | None = None) -> int:
         return up(args.timeout)
     if args.command == "status":
         return status()
+    if args.command == "reset":
+        return reset()
     supervise()
     return 0
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import re
 import subprocess
 import time
@@ -227,38 +228,50 @@ def test_simulated_nodes_stay_alive_past_the_node_monitor_grace_period(lab, core
             f"{name}: Lease renewed {age:.0f} s ago, longer than its {lease.spec.lease_duration_seconds} s"
         )
         node = core_api.read_node(name)
-        assert node.status.node_info.kubelet_version == f"v{C.versions()['KUBE_VERSION']}-lab", name
+        assert node.status.node_info.kubelet_version == f"v{C.lab_kube_version()}-lab", name
 
 
 BUILT = {
     "etcd": ("ETCD_VERSION", ["etcd"]),
     "kwok": ("KWOK_VERSION", ["kwok"]),
-    "kube": ("KUBE_VERSION", ["kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubeadm"]),
 }
+KUBE_BINARIES = ["kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubeadm"]
+
+
+def kube_built(version: str) -> list:
+    """The binaries lab/build.sh builds of a release: kubectl too for every release but the default."""
+    extra = ["kubectl"] if C.kubectl_dirs(version) else []
+    return [C.kube_bin(version) / b for b in KUBE_BINARIES + extra]
 
 
 def test_a_second_build_is_cached_and_leaves_the_binaries_alone():
-    missing = labctl.missing_binaries()
-    assert not missing, f"lab binaries missing ({', '.join(missing)}): run `make lab-build`"
+    releases = C.kube_versions()
+    for version in releases:
+        missing = labctl.missing_binaries(version)
+        assert not missing, f"lab binaries missing ({', '.join(missing)}): run `make lab-build`"
     pins = C.versions()
     files = [C.BIN / b for _key, binaries in BUILT.values() for b in binaries]
-    files += [C.BIN / f".{f.name}.version" for f in files]
-    before = {f.name: f.stat().st_mtime_ns for f in files}
-    for target, (key, binaries) in BUILT.items():
+    files += [f for version in releases for f in kube_built(version)]
+    files += [f.with_name(f".{f.name}.version") for f in files]
+    before = {str(f): f.stat().st_mtime_ns for f in files}
+    runs = [(target, key, None) for target, (key, _binaries) in BUILT.items()]
+    runs += [("kube", None, version) for version in releases]
+    for target, key, version in runs:
+        env = {**os.environ, "K8S": version or ""}
         proc = subprocess.run(
-            [str(C.ROOT / "lab" / "build.sh"), target], capture_output=True, text=True, timeout=300
+            [str(C.ROOT / "lab" / "build.sh"), target], capture_output=True, text=True, timeout=300, env=env
         )
         assert proc.returncode == 0, proc.stderr
-        cached = (
-            f"kubernetes v{pins[key]} binaries cached"
-            if target == "kube"
-            else f"{target} v{pins[key]} cached"
-        )
+        if version:
+            where = C.shown(C.kube_bin(version))
+            cached = f"kubernetes v{version} binaries cached ({where})"
+        else:
+            cached = f"{target} v{pins[key]} cached"
         assert f"[lab-build] {cached}" in proc.stderr.splitlines(), proc.stderr
         assert "building" not in proc.stderr, proc.stderr
-        for b in binaries:
-            assert (C.BIN / f".{b}.version").read_text().strip() == pins[key], b
-    assert {f.name: f.stat().st_mtime_ns for f in files} == before
+        for f in kube_built(version) if version else [C.BIN / b for b in BUILT[target][1]]:
+            assert f.with_name(f".{f.name}.version").read_text().strip() == (version or pins[key]), f
+    assert {str(f): f.stat().st_mtime_ns for f in files} == before
 
 
 def test_zz_down_stops_exactly_the_lab_and_up_again(lab):
