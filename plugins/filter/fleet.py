@@ -23,6 +23,7 @@ FLEET_VARS = {
     "gpusplit_mig_strategy": ("mig_strategy", "none"),
     "gpusplit_exclude_unhealthy": ("exclude_unhealthy", True),
     "gpusplit_node_name": ("node_name", None),
+    "gpusplit_sharing": ("sharing", None),
 }
 
 

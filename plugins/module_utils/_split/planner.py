@@ -32,9 +32,10 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._split.selectors impo
     product_matches,
     read_split,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.sharing import apply_to_plan, read_sharing
 
 MIG_STRATEGIES = ("none", "single", "mixed")
-FLEET_ENTRY_KEYS = ("facts", "mode", "split", "mig_strategy", "exclude_unhealthy", "node_name")
+FLEET_ENTRY_KEYS = ("facts", "mode", "split", "mig_strategy", "exclude_unhealthy", "node_name", "sharing")
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -342,7 +343,7 @@ def node_name_problem(host, node_name):
     return None
 
 
-def _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name):
+def _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name, sharing=None):
     """Return (plan or None, errors). Never raises for bad input."""
     errors = []
     warnings = []
@@ -368,6 +369,7 @@ def _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name):
         errors.append(
             f"{host}: exclude_unhealthy (gpusplit_exclude_unhealthy) {exclude_unhealthy!r} is not true or false"
         )
+    shared = read_sharing(host, sharing, info, errors)
     gpus = read_facts(host, facts, errors)
     if errors:
         return None, errors
@@ -400,7 +402,7 @@ def _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name):
         if errors:
             return None, errors
     _final_warnings(st)
-    return _assemble(st, node), []
+    return apply_to_plan(_assemble(st, node), shared), []
 
 
 def _empty_plan(host, node, mode, mig_strategy):
@@ -423,6 +425,7 @@ def _empty_plan(host, node, mode, mig_strategy):
         "resources": {GPU_RESOURCE: 0},
         "dra_devices": [],
         "dra_excluded_devices": [],
+        "sharing": None,
         "warnings": [],
         "gpus": [],
     }
@@ -501,9 +504,11 @@ def _assemble(st, node):
     return plan
 
 
-def plan_node(host, facts, mode, split, mig_strategy="none", exclude_unhealthy=True, node_name=None):
+def plan_node(
+    host, facts, mode, split, mig_strategy="none", exclude_unhealthy=True, node_name=None, sharing=None
+):
     """Plan one host. Raises PlanError with every refusal for this host."""
-    plan, errors = _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name)
+    plan, errors = _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name, sharing)
     if errors:
         raise PlanError(errors)
     return plan
@@ -513,7 +518,7 @@ def plan_node(host, facts, mode, split, mig_strategy="none", exclude_unhealthy=T
 def plan_fleet(hosts):
     """Plan every host; collect the refusals of all hosts before raising one PlanError.
 
-    ``hosts``: {host: {facts, mode, split, mig_strategy?, exclude_unhealthy?, node_name?}}.
+    ``hosts``: {host: {facts, mode, split, mig_strategy?, exclude_unhealthy?, node_name?, sharing?}}.
     Returns {"nodes": {host: node plan} (sorted by host), "summary": {...}, "warnings": [...]}.
     """
     if not isinstance(hosts, dict):
@@ -539,6 +544,7 @@ def plan_fleet(hosts):
             entry.get("mig_strategy", "none"),
             entry.get("exclude_unhealthy", True),
             entry.get("node_name"),
+            entry.get("sharing"),
         )
         if errs:
             errors.extend(errs)

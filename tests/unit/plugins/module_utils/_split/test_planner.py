@@ -110,6 +110,7 @@ def test_plan_schema_keys():
         "resources",
         "dra_devices",
         "dra_excluded_devices",
+        "sharing",
         "warnings",
         "gpus",
     }
