@@ -221,8 +221,8 @@ gate_sources() {
 cmd=${1:-all}
 [ -z "${K8S:-}" ] || check_kube_version "$K8S"
 case "$cmd" in
-  kube | etcd | kwok | toolkit | gate-sources | all | go) ensure_go ;;
-  *) echo "usage: $0 [all|kube|etcd|kwok|toolkit|gate-sources|go]" >&2; exit 2 ;;
+  kube | etcd | kwok | toolkit | gate-sources | all | go | node) ensure_go ;;
+  *) echo "usage: $0 [all|kube|etcd|kwok|toolkit|gate-sources|go|node]" >&2; exit 2 ;;
 esac
 case "$cmd" in
   go) log "go: $(go version) (GO_TOOLCHAIN=$GO_TOOLCHAIN when a module needs a newer one)" ;;
@@ -230,11 +230,13 @@ case "$cmd" in
   etcd) build_simple etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3 ;;
   kwok) build_simple kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok ;;
   toolkit) build_toolkit ;;
+  node) "$root/lab/build_node.sh" all ;;
   gate-sources) gate_sources ;;
   all)
     build_simple etcd "$ETCD_VERSION" go.etcd.io/etcd/server/v3 go.etcd.io/etcd/server/v3
     build_simple kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok sigs.k8s.io/kwok
     build_kube_versions
     build_toolkit
-    gate_sources ;;
+    gate_sources
+    "$root/lab/build_node.sh" all ;; # the real node: kubelet, containerd, runc, CNI plugins (lab/node.py)
 esac

@@ -1,0 +1,154 @@
+"""The lab's real node lab-node-01 (lab/node.py): a kubelet of the lab's Kubernetes version on
+containerd, runc and the CNI plugins, joined to the lab's apiserver; a pod runs on it from the lab's
+own images; gpusplit's gpu_pod_resources reads the real kubelet's pod-resources socket; and `lab down`
+leaves no process, mount, cgroup or bridge of it behind.
+
+Where the kubelet cannot run here (a capability, cgroups, a binary missing) these tests fail with
+what is missing, as `lab up` recorded it; they are never skipped.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import uuid
+from pathlib import Path
+
+import pytest
+from ansible_output import ansible_module
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import pod_resources as pr
+from lab import components as C
+from lab import lab as labctl
+from lab import node
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = ROOT / "inventory" / "lab"
+
+
+@pytest.fixture(scope="module")
+def real_node(lab, kubectl):
+    state = node.status()
+    if not state["ready"]:
+        why = state["error"] or "(lab up recorded no error)"
+        pytest.fail(
+            f"the real node {node.NAME} is not Ready: {why}\n--- kubelet log ---\n{node.log_tail('kubelet')}",
+            pytrace=False,
+        )
+    return state
+
+
+@pytest.fixture
+def ns(kubectl):
+    name = kubectl.namespace(f"node-{uuid.uuid4().hex[:6]}")
+    yield name
+    kubectl("delete", "namespace", name, "--wait=false", check=False)
+
+
+def workload_pod(name: str, env: dict[str, str], wait: bool = False) -> dict:
+    """A pod of the lab's workload image, for the real node only (its taint tolerated)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node.NAME},
+            "tolerations": [{"key": node.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 2,
+            "containers": [
+                {
+                    "name": "report",
+                    "image": node.WORKLOAD_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "args": ["wait"] if wait else [],
+                    "env": [{"name": k, "value": v} for k, v in env.items()],
+                }
+            ],
+        },
+    }
+
+
+def test_the_real_node_joined_the_lab_with_its_sockets_under_its_root_dir(real_node, kubectl):
+    got = kubectl.json("get", "node", node.NAME)
+    info = got["status"]["nodeInfo"]
+    assert info["kubeletVersion"] == f"v{C.lab_kube_version()}"
+    assert info["containerRuntimeVersion"] == f"containerd://{C.versions()['CONTAINERD_VERSION']}"
+    assert {"type": "InternalIP", "address": C.HOST} in got["status"]["addresses"]
+    assert {"key": node.TAINT_KEY, "value": "true", "effect": "NoSchedule"} in got["spec"]["taints"]
+    # not a kwok node: no kwok annotation, no fixture label (lab/deviceplugin.py leaves it alone)
+    assert "kwok.x-k8s.io/node" not in got["metadata"].get("annotations", {})
+    # the kubelet's sockets where a real node has them, under its own root dir
+    for sock in (node.DEVICE_PLUGIN_SOCKET, node.POD_RESOURCES_SOCKET):
+        assert sock.is_socket(), sock
+        assert sock.is_relative_to(C.HOSTS_ROOT / node.NAME / "var/lib/kubelet"), sock
+    argv = Path(f"/proc/{real_node['kubelet_pid']}/cmdline").read_bytes().decode().split("\0")
+    assert f"--root-dir={node.KUBELET_DIR}" in argv
+    # the images were built here and imported: no registry was reached
+    images = node.ctr("images", "ls", "-q").stdout.split()
+    assert node.PAUSE_IMAGE in images and node.WORKLOAD_IMAGE in images
+
+
+def test_a_pod_on_the_real_node_prints_its_environment(real_node, kubectl, ns):
+    marker = uuid.uuid4().hex
+    kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(workload_pod("env", {"GPUSPLIT_MARK": marker})))
+    kubectl.wait_for(
+        lambda: kubectl.json("-n", ns, "get", "pod", "env")["status"].get("phase") in ("Succeeded", "Failed"),
+        timeout=120,
+        what="the pod on the real node to finish",
+    )
+    pod = kubectl.json("-n", ns, "get", "pod", "env")
+    assert pod["status"]["phase"] == "Succeeded", json.dumps(pod["status"], indent=1)
+    assert pod["spec"]["nodeName"] == node.NAME
+    # its log through the apiserver, which reads it from the kubelet
+    lines = kubectl("-n", ns, "logs", "env").stdout.splitlines()
+    assert f"env GPUSPLIT_MARK={marker}" in lines
+    assert any(line.startswith("env KUBERNETES_SERVICE_HOST=") for line in lines), lines
+    assert lines[-1] == "done"
+    # and the kubelet's own log file under the node's root
+    logs = list(node.POD_LOGS.glob(f"{ns}_env_*/report/0.log"))
+    assert logs and marker in logs[0].read_text()
+    # a pod IP of the node's bridge subnet
+    assert ipaddress.ip_address(pod["status"]["podIP"]) in node.pod_subnet()
+
+
+def test_gpu_pod_resources_reads_the_real_kubelets_socket(real_node, kubectl, ns):
+    kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(workload_pod("holder", {}, wait=True)))
+    kubectl.wait_for(
+        lambda: kubectl.json("-n", ns, "get", "pod", "holder")["status"].get("phase") == "Running",
+        timeout=120,
+        what="the pod on the real node to run",
+    )
+    sock = str(node.POD_RESOURCES_SOCKET)
+    # the collection's client, then the module through Ansible as a user runs it
+    answer = pr.read_pod_resources(sock)
+    pods = {(p["namespace"], p["name"]) for p in answer["pods"]}
+    assert (ns, "holder") in pods, answer
+    result = ansible_module(
+        "localhost", "gpusplit.k8s.gpu_pod_resources", f"socket={sock} timeout=20", INVENTORY
+    )
+    assert result["socket"] == sock
+    assert [h for h in result["holders"] if h["namespace"] == ns] == []  # it holds no device
+    kubectl("-n", ns, "delete", "pod", "holder", "--wait=true", "--timeout=60s")
+    kubectl.wait_for(
+        lambda: (
+            (ns, "holder") not in {(p["namespace"], p["name"]) for p in pr.read_pod_resources(sock)["pods"]}
+        ),
+        timeout=60,
+        what="the deleted pod to leave the kubelet's pod-resources answer",
+    )
+
+
+def test_zz_lab_down_leaves_nothing_of_the_real_node_and_up_brings_it_back(real_node):
+    pids = [real_node["kubelet_pid"], real_node["containerd_pid"]]
+    assert labctl.down() == 0
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(f"/proc/{pid}/status").read_text()
+    assert node.leftover_processes() == []
+    assert node.node_mounts() == [], "still mounted"
+    assert node.cgroup_dirs() == [], "cgroups left"
+    assert not Path(f"/sys/class/net/{node.BRIDGE}").exists()
+    assert not node.POD_RESOURCES_SOCKET.exists() and not node.CONTAINERD_SOCKET.exists()
+    assert labctl.up(timeout=240) == 0
+    assert node.status()["ready"]
