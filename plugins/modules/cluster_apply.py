@@ -50,7 +50,7 @@ options:
     elements: dict
     default: []
   parallel:
-    description: How many apply requests run at once.
+    description: How many apply requests run at once, from 1 to 64 (anything else is refused before any request).
     type: int
     default: 8
 extends_documentation_fragment:
@@ -111,7 +111,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import check_number, fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.apply import Cluster, run
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     API_ERRORS,
@@ -119,6 +119,9 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     error_text,
     require_kubernetes,
 )
+
+# more requests at once only queue at the API server's client limits
+MAX_PARALLEL = 64
 
 
 def main():
@@ -136,6 +139,7 @@ def main():
     require_kubernetes(module)
     p = module.params
     with fail_on_refusal(module):  # ApplyError: refused before any request was sent
+        check_number(p["parallel"], "parallel", 1, MAX_PARALLEL, integer=True)
         try:
             cluster = Cluster(p["kubeconfig"], p["context"])
             result = run(

@@ -52,7 +52,7 @@ options:
     type: bool
     default: false
   wait_timeout:
-    description: Seconds to wait.
+    description: Seconds to wait, a whole number from 0 to 86400 (anything else is refused before any request).
     type: int
     default: 90
   refresh:

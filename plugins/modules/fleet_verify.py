@@ -37,6 +37,7 @@ options:
     description:
       - Keep re-reading while any node is in DRIFT, until no node has come right for this many seconds.
       - The whole wait is at most (planned nodes + 1) times this (and a read each time). C(0) reads once.
+      - A whole number from 0 to 86400 (a day); anything else is refused before the cluster is read.
     type: int
     default: 0
 extends_documentation_fragment:
@@ -83,7 +84,11 @@ table:
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
+    MAX_SECONDS,
+    check_number,
+    fail_on_refusal,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     API_ERRORS,
     CLUSTER_ARGS,
@@ -112,6 +117,7 @@ def main():
     require_kubernetes(module)
     p = module.params
     with fail_on_refusal(module, changed=False):
+        check_number(p["wait_seconds"], "wait_seconds", 0, MAX_SECONDS, integer=True, unit="seconds")
         verify.require_fleet_plan(p["plan"], p["facts"])  # refused before the cluster is read
         report, waited, reads = watch(module, p)
     module.exit_json(

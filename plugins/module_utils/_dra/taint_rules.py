@@ -30,7 +30,12 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import (
     DraError,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.report import rule_report, rule_settled
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
+    MAX_SECONDS,
+    GpusplitError,
+    check_number,
+    type_name,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.compare import is_subset
 
 KIND = "DeviceTaintRule"
@@ -103,6 +108,15 @@ def checked(params):
     """``[(name, definition)]`` from the module's parameters, one per rule (``definition`` None for
     state=absent, else carrying ``metadata.name``). Every refusal (DraError) is raised here, before any
     request; with ``definitions``, every rule's refusal at once, each naming its place in the list."""
+    check_number(
+        params.get("wait_timeout", 90),
+        "wait_timeout",
+        0,
+        MAX_SECONDS,
+        integer=True,
+        unit="seconds",
+        error=DraError,
+    )
     many = params.get("definitions")
     if many is None:
         return [_checked_one(params["definition"], params["name"], params["state"], "definition")]
