@@ -20,7 +20,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import (
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import sysfs_pci_address_or_none
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import format_version, parse_version
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import render_template
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.split_render import render_template
 
 DEVICE_CLASS_TEMPLATE = "deviceclass.yaml.j2"
 RESOURCE_SLICE_TEMPLATE = "resourceslice.yaml.j2"

@@ -507,7 +507,7 @@ def split_daemonsets(names: list[str]) -> list[dict]:
     from fleetgen import synthetic_fleet
 
     from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
-    from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import render_daemonsets
+    from ansible_collections.gpusplit.k8s.plugins.plugin_utils.split_render import render_daemonsets
 
     facts = [v["facts"] for v in synthetic_fleet(len(names)).values()]
     hosts = {

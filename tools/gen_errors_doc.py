@@ -14,6 +14,11 @@ places a refusal is made:
 * ``problems += [...]`` on such a list, and what a function whose name ends in ``_problem``,
   ``_problems`` or ``_refusal`` returns (the messages callers add to their lists).
 
+It also reads the tasks of roles/ and playbooks/ (YAML, never run): the message of every
+``ansible.builtin.fail`` task and the ``fail_msg`` of every ``ansible.builtin.assert``, and the
+``msg`` of each ``{ok, msg}`` check in a task's ``vars`` (the refusals a role makes in YAML), with
+each ``{{ expression }}`` shown as ``<expression>``.
+
 A message is a string, an f-string, a concatenation or a list of them; the values it fills in
 are shown as ``<expression>``. Messages built elsewhere (a variable) are left out. The order is
 that of the code, so the output is the same for the same code.
@@ -28,8 +33,11 @@ from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGINS = ROOT / "plugins"
@@ -58,6 +66,7 @@ CAPABILITIES = (
             "module_utils/_split/selectors.py",
             "module_utils/_split/planner.py",
             "module_utils/_split/modes.py",
+            "module_utils/_split/sharing.py",
             "plugin_utils/split_table.py",
             "plugin_utils/fleet_outputs.py",
             "module_utils/_out/",
@@ -100,9 +109,9 @@ CAPABILITIES = (
         "The split device plugin's objects, node labels and taints, the plugin settings, the output "
         "directory, the cluster connection, `cluster_apply` (server-side apply) and `node_taints`.",
         (
-            "plugin_utils/render.py",
+            "plugin_utils/split_render.py",
             "plugin_utils/settings.py",
-            "plugin_utils/out_dir.py",
+            "plugin_utils/output_dir.py",
             "module_utils/_k8s/",
             "modules/cluster_apply.py",
             "modules/node_taints.py",
@@ -112,9 +121,9 @@ CAPABILITIES = (
         "Host share and container toolkit",
         "What the `gpu_host` role writes on a host: the host share, the toolkit's config.toml.",
         (
-            "plugin_utils/host_share.py",
-            "plugin_utils/host_side.py",
-            "filter/host_share.py",
+            "plugin_utils/host_files_render.py",
+            "plugin_utils/host_play.py",
+            "filter/host_files.py",
             "module_utils/_host/",
             "modules/nvidia_toolkit_config.py",
         ),
@@ -157,8 +166,8 @@ CAPABILITIES = (
             "plugin_utils/manifest_files.py",
             "plugin_utils/admission_guard.py",
             "plugin_utils/guard_report.py",
-            "plugin_utils/workload_lint.py",
-            "plugin_utils/workload.py",
+            "plugin_utils/workload_checks.py",
+            "plugin_utils/gang_job_render.py",
             "filter/workload_lint.py",
             "filter/workload.py",
         ),
@@ -179,6 +188,11 @@ CAPABILITIES = (
         "What any filter says when its arguments are not of the shape it reads.",
         ("plugin_utils/filter_errors.py", "filter/"),
     ),
+)
+YAML_TITLE = "The roles' and playbooks' own checks"
+YAML_WHAT = (
+    "Refusals written in the tasks of roles/ and playbooks/ (a failed `assert` or `fail`), by file and task: "
+    "what a role checks before it changes anything, such as the DRA chart's name and version."
 )
 OTHER = ("Other", "Refusals of files no capability above lists.", ())
 
@@ -350,6 +364,69 @@ def collect():
     return out
 
 
+JINJA_VALUE = re.compile(r"\{\{-?\s*(.*?)\s*-?\}\}", re.S)
+YAML_PLACES = ("roles", "playbooks")
+
+
+def _yaml_text(value):
+    if not isinstance(value, str):
+        return None
+    text = " ".join(value.split())
+    text = JINJA_VALUE.sub(lambda m: "<" + " ".join(m.group(1).split()) + ">", text)
+    return text or None
+
+
+def _tasks(items):
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            continue
+        yield item
+        for key in ("block", "rescue", "always", "tasks", "pre_tasks", "post_tasks"):
+            yield from _tasks(item.get(key))
+
+
+def _checks(value):
+    """The ``msg`` of each ``{ok, msg}`` mapping anywhere in ``value`` (a task's vars)."""
+    if isinstance(value, dict):
+        if "ok" in value and "msg" in value:
+            yield value["msg"]
+        for item in value.values():
+            yield from _checks(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _checks(item)
+
+
+def yaml_refusals():
+    """{relative path: [(task name, message), ...]} of the refusals written in roles/ and playbooks/."""
+    out = {}
+    for place in YAML_PLACES:
+        for path in sorted((ROOT / place).rglob("*.yml")):
+            if "meta" in path.parts or "defaults" in path.parts or "vars" in path.parts:
+                continue
+            try:
+                doc = yaml.safe_load(path.read_text(encoding="utf-8"))
+            except yaml.YAMLError:
+                continue
+            found = []
+            for task in _tasks(doc):
+                name = " ".join(str(task.get("name", "")).split()) or "a task"
+                texts_ = []
+                fail = task.get("ansible.builtin.fail")
+                if isinstance(fail, dict):
+                    texts_.append(fail.get("msg"))
+                check = task.get("ansible.builtin.assert")
+                if isinstance(check, dict):
+                    texts_.append(check.get("fail_msg"))
+                    texts_.extend(_checks(task.get("vars")))
+                for text in map(_yaml_text, texts_):
+                    if text and (name, text) not in found:
+                        found.append((name, text))
+            if found:
+                out[path.relative_to(ROOT).as_posix()] = found
+    return out
+
+
 def _code(text):
     fence = "``" if "`" in text else "`"
     pad = " " if fence == "``" else ""
@@ -358,6 +435,7 @@ def _code(text):
 
 def render():
     found = collect()
+    in_yaml = yaml_refusals()
     total = sum(len(m) for files in found.values() for m in files.values())
     lines = [
         "# Refusals",
@@ -375,12 +453,15 @@ def render():
         "stops with every reason at once and before anything is changed. Python's own error text never",
         "reaches you: a filter that fails inside names its arguments' shapes instead (see *Every filter*).",
         "",
-        f"{total} messages in {sum(len(files) for files in found.values())} files.",
+        f"{total} messages in {sum(len(files) for files in found.values())} files of plugins/, and "
+        f"{sum(len(m) for m in in_yaml.values())} in {len(in_yaml)} files of the roles and playbooks.",
         "",
     ]
     order = [*CAPABILITIES, OTHER]
     lines += ["## Capabilities", ""]
     lines += [f"- [{entry[0]}](#{_anchor(entry[0])})" for entry in order if entry in found]
+    if in_yaml:
+        lines.append(f"- [{YAML_TITLE}](#{_anchor(YAML_TITLE)})")
     lines.append("")
     for entry in order:
         files = found.get(entry)
@@ -392,6 +473,13 @@ def render():
             lines += [f"### plugins/{rel}", ""]
             for where, text in messages:
                 lines.append(f"- {_code(text)} ({where})")
+            lines.append("")
+    if in_yaml:
+        lines += [f"## {YAML_TITLE}", "", YAML_WHAT, ""]
+        for rel, messages in sorted(in_yaml.items()):
+            lines += [f"### {rel}", ""]
+            for where, text in messages:
+                lines.append(f"- {_code(text)} (task: {where})")
             lines.append("")
     return "\n".join(lines).rstrip("\n") + "\n"
 

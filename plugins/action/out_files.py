@@ -3,7 +3,7 @@
 """Action plugin gpusplit.k8s.out_files: the module's work done on the controller, with no module execution.
 
 The output folder of a run is the controller's; writing there through a module costs a Python start and
-the module framework's imports per task. This runs the same function (module_utils/_out/files.py) in
+the module framework's imports per task. This runs the same function (module_utils/_out/output_files.py) in
 the controller's worker. Documented in plugins/modules/out_files.py.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, refusal_text
-from ansible_collections.gpusplit.k8s.plugins.module_utils._out.files import ARGUMENT_SPEC, write_files
+from ansible_collections.gpusplit.k8s.plugins.module_utils._out.output_files import ARGUMENT_SPEC, write_files
 
 
 class ActionModule(ActionBase):

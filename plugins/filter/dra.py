@@ -18,7 +18,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
 _names = lazy("module_utils._dra.names")
 planner = lazy("module_utils._split.planner")
-render = lazy("plugin_utils.render")
+render = lazy("plugin_utils.split_render")
 _claims = lazy("plugin_utils._dra.claims")
 _isolation = lazy("plugin_utils._dra.isolation")
 _dra_render = lazy("plugin_utils._dra.render")

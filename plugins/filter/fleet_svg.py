@@ -4,7 +4,7 @@
     {{ report | gpusplit.k8s.fleet_svg(plan, title='gpusplit fleet (lab)') }}
 
 One row per node, one cell per GPU coloured by share (Kubernetes, host, excluded/unhealthy),
-tooltips with UUID, PCI bus id, name and health. See plugins/plugin_utils/fleet_svg.py.
+tooltips with UUID, PCI bus id, name and health. See plugins/plugin_utils/fleet_drawing.py.
 Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 """
 
@@ -15,7 +15,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
-fleet_svg_lib = lazy("plugin_utils.fleet_svg")
+fleet_svg_lib = lazy("plugin_utils.fleet_drawing")
 
 
 def fleet_svg(report, plan, title="gpusplit fleet"):

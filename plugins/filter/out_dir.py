@@ -1,6 +1,6 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""Filter gpusplit.k8s.out_dir: where a run writes its outputs (plugins/plugin_utils/out_dir.py).
+"""Filter gpusplit.k8s.out_dir: where a run writes its outputs (plugins/plugin_utils/output_dir.py).
 
     gpusplit_out_dir: "{{ none | gpusplit.k8s.out_dir }}"        # a role's default: ./out, absolute
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
-_out_dir = lazy("plugin_utils.out_dir")
+_out_dir = lazy("plugin_utils.output_dir")
 
 
 def out_dir(setting=None):

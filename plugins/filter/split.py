@@ -15,7 +15,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import 
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
 planner = lazy("module_utils._split.planner")
-render = lazy("plugin_utils.render")
+render = lazy("plugin_utils.split_render")
 _split_table = lazy("plugin_utils.split_table")
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
-workload = lazy("plugin_utils.workload")
+workload = lazy("plugin_utils.gang_job_render")
 
 
 def refusals():

@@ -5,7 +5,7 @@
     {{ manifests | gpusplit.k8s.workload_lint(allowed_namespaces=['kube-system'], gpu_taint=true) }}
     {{ findings | gpusplit.k8s.lint_table }}
 
-See plugins/plugin_utils/workload_lint.py for the rules, and
+See plugins/plugin_utils/workload_checks.py for the rules, and
 plugins/plugin_utils/manifest_files.py for reading the files.
 Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
-workload_lint_lib = lazy("plugin_utils.workload_lint")
+workload_lint_lib = lazy("plugin_utils.workload_checks")
 _manifest_files = lazy("plugin_utils.manifest_files")
 
 # stands for the library's DEFAULT_ALLOWED_NAMESPACES, which is not imported before the filter runs

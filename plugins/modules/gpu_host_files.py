@@ -12,7 +12,7 @@ short_description: Check and write every file of a host's GPU split in one call 
 version_added: "0.1.0"
 description:
   - The host side of the role C(gpusplit.k8s.gpu_host) in one module execution, so that a host costs one
-    round trip however many files it has. The controller renders the texts (filter C(gpusplit.k8s.host_share))
+    round trip however many files it has. The controller renders the texts (filter C(gpusplit.k8s.host_files))
     and decides whether the toolkit is hardened; this module compares them with the host and changes only what
     differs.
   - Sets keys in the NVIDIA Container Toolkit's C(config.toml) as M(gpusplit.k8s.nvidia_toolkit_config) does
@@ -158,7 +158,7 @@ EXAMPLES = r"""
     dropin_dir: "{{ share.systemd_dir }}"
     dropin_marker: "{{ share.marker }}"
   vars:
-    share: "{{ node_plan | gpusplit.k8s.host_share(['trainer.service']) }}"
+    share: "{{ node_plan | gpusplit.k8s.host_files(['trainer.service']) }}"
 
 - name: The same, and systemctl daemon-reload when a drop-in was written or removed
   gpusplit.k8s.gpu_host_files:
@@ -171,7 +171,7 @@ EXAMPLES = r"""
     daemon_reload: true
   register: host_files
   vars:
-    share: "{{ node_plan | gpusplit.k8s.host_share(['trainer.service']) }}"
+    share: "{{ node_plan | gpusplit.k8s.host_files(['trainer.service']) }}"
 """
 
 RETURN = r"""
@@ -219,7 +219,7 @@ state:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files_apply import (
     ARGUMENT_SPEC,
     SPEC_RULES,
     execute,

@@ -91,7 +91,7 @@ paths:
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
-from ansible_collections.gpusplit.k8s.plugins.module_utils._out.files import ARGUMENT_SPEC, write_files
+from ansible_collections.gpusplit.k8s.plugins.module_utils._out.output_files import ARGUMENT_SPEC, write_files
 
 
 def main():

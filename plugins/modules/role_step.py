@@ -44,8 +44,8 @@ options:
       - fleet_outputs_stale
       - guard_objects
       - guard_report
-      - host_run
-      - host_side_fleet
+      - host_play
+      - host_play_fleet
       - isolation_replan
       - isolation_rules
       - isolation_rules_of_gpu
@@ -114,8 +114,8 @@ STEPS = (
     "fleet_outputs_stale",
     "guard_objects",
     "guard_report",
-    "host_run",
-    "host_side_fleet",
+    "host_play",
+    "host_play_fleet",
     "isolation_replan",
     "isolation_rules",
     "isolation_rules_of_gpu",

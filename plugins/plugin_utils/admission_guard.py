@@ -34,9 +34,9 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     LABEL_NAME,
     MANAGED_BY,
 )
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.settings import with_defaults
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.workload_lint import (
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.workload_checks import (
     _LABEL_KEY,
     GUARD_APP,
     GUARD_DEFAULTS,

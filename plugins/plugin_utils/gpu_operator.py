@@ -37,7 +37,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import
     SHARE_KUBERNETES,
     node_plans,
 )
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.chart import deep_merge
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.gpu_operator_checks import (
     LABEL_DEVICE_PLUGIN,

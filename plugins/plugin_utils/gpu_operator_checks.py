@@ -24,7 +24,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling impor
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import mode_has, names_where
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import node_plans
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 
 PLUGIN_HARDENING_NEEDED = "volume-mounts"
 LABEL_DEPLOY_PREFIX = "nvidia.com/gpu.deploy."

@@ -31,8 +31,8 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling impor
     node_taints,
     untolerated_taints,
 )
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.workload_lint import pod_spec
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.workload_checks import pod_spec
 
 ENFORCE_LABEL = "pod-security.kubernetes.io/enforce"
 LEVELS = ("privileged", "baseline", "restricted")

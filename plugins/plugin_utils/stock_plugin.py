@@ -24,7 +24,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import node_plans
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 
 HELM_MANAGED_BY = "Helm"  # app.kubernetes.io/managed-by of every object the charts' helpers label
 ANNOTATION_RELEASE_NAME = "meta.helm.sh/release-name"  # helm stamps both on what it installs

@@ -21,7 +21,7 @@ from fleetgen import synthetic_fleet
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import render_daemonsets
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.split_render import render_daemonsets
 from lab import components as C
 
 N = 1000

@@ -11,7 +11,7 @@ import pytest
 from fleetgen import synthetic_fleet  # noqa: E402
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.fleet_svg import render_fleet_svg
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.fleet_drawing import render_fleet_svg
 
 
 def report_for(plan):

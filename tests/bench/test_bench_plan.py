@@ -19,7 +19,7 @@ import pytest
 from fleetgen import GPUS_PER_NODE, synthetic_fleet  # noqa: E402
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import render_fleet
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.split_render import render_fleet
 
 
 def plan_and_render(hosts):

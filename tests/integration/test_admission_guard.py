@@ -30,7 +30,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.render import (
     render_claim,
     render_taint_rule,
 )
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import render_split_daemonset
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.split_render import render_split_daemonset
 from lab.lab import TRANSIENT_ERRORS as TRANSIENT
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import pytest
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import apply
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import LABEL_MANAGED_BY
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import MIG_STRATEGIES, plan_fleet
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 from lab import components as C
 
 WRITE_VERBS = ("POST", "PUT", "PATCH", "APPLY", "DELETE")

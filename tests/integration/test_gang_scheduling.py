@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gang_job_render as workload
 from lab import components as C
 from lab import lab as labctl
 from lab import nodes as labnodes

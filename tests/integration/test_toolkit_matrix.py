@@ -36,8 +36,9 @@ import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toolkit_config as tc
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_node
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator, render
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_lint as wl
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_checks as wl
 from lab.components import versions
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -569,7 +570,7 @@ def test_runtime_auto_mode_is_jit_cdi_and_the_hardening_gates_its_requests(outco
 
 
 def test_the_admission_guard_refuses_every_mount_point_the_hardened_toolkit_reads(outcomes):
-    """The guard (plugins/plugin_utils/workload_lint.py, DEVICE_LIST_MOUNT_PATTERN) matches each
+    """The guard (plugins/plugin_utils/workload_checks.py, DEVICE_LIST_MOUNT_PATTERN) matches each
     mount point through which a pod got a GPU here, and it is built from the toolkit's own root."""
     assert wl.DEVICE_LIST_MOUNT_ROOT == DEVICE_LIST_ROOT
     specs = case_specs()

@@ -24,7 +24,7 @@ ALLOWED = {
     MU + "_gpu": {
         MU + "_errors",
         MU + "_kubelet",
-        MU + "_host/host_state",
+        MU + "_host/host_files_record",
     },
     MU + "_host": {MU + "_errors"},
     # the kubelet's APIs on a node (pod-resources over gRPC on its unix socket)
@@ -177,3 +177,75 @@ def test_test_file_names_are_unique():
     for path in sorted((ROOT / "tests").rglob("test_*.py")):
         seen.setdefault(path.name, []).append(str(path.relative_to(ROOT)))
     assert {name: paths for name, paths in seen.items() if len(paths) > 1} == {}
+
+
+# Files of one basename that may stand in more than one place under plugins/: the same role in parallel
+# capability subpackages (each the names, the health or the report of its own capability), and the files a
+# package needs. An action plugin and its module share a name because Ansible pairs them by it.
+PARALLEL_BASENAMES = {
+    "__init__.py": None,
+    "names.py": {"module_utils/_dra", "module_utils/_k8s"},
+    "health.py": {"module_utils/_control_plane", "module_utils/_gpu"},
+    "report.py": {"module_utils/_diagnose", "module_utils/_dra"},
+}
+
+
+def test_no_two_plugin_files_share_a_basename():
+    seen: dict[str, set[str]] = {}
+    for path in PLUGINS.rglob("*"):
+        if path.is_file() and path.suffix in (".py", ".yml", ".yaml") and "__pycache__" not in path.parts:
+            seen.setdefault(path.name, set()).add(str(path.parent.relative_to(PLUGINS)))
+    clashes = {}
+    for name, folders in seen.items():
+        if len(folders) < 2:
+            continue
+        allowed = PARALLEL_BASENAMES.get(name, set())
+        if allowed is None or folders <= allowed:
+            continue
+        if folders == {"action", "modules"} and (PLUGINS / "modules" / name).with_suffix(".py").exists():
+            continue
+        clashes[name] = sorted(folders)
+    assert clashes == {}, (
+        f"plugins/ holds files of one name in several folders: {clashes}; name each after what it does "
+        "(an action plugin and its module, and PARALLEL_BASENAMES, are the exceptions)"
+    )
+
+
+def test_the_host_unchanged_shortcut_lives_in_one_module():
+    """The record gpu_host_files leaves on a host, its reading back and the comparison that skips an unchanged
+    host are one module of module_utils; everything else calls it."""
+    record = PLUGINS / "module_utils" / "_host" / "host_files_record.py"
+    names = {n.name for n in ast.parse(record.read_text()).body if isinstance(n, ast.FunctionDef)}
+    assert {"record", "read_state", "run_digest", "unchanged"} <= names
+    for path in FILES:
+        if path == record:
+            continue
+        text = path.read_text()
+        assert "hashlib.sha256(json.dumps" not in text or "host" not in path.name, path
+        assert '.get("intact")' not in text, f"{path.relative_to(ROOT)}: compares the host record itself"
+
+
+# tests of a whole folder of plugins/ (every filter's docs, every module's API errors, ...), not of one file
+FOLDER_WIDE_TESTS = {
+    "filter": {"test_filter_docs.py", "test_lazy_imports.py", "test_refusals.py"},
+    "modules": {"test_api_errors.py", "test_managed_host_pythons.py"},
+    "module_utils/_control_plane": {"test_bad_input.py"},
+}
+
+
+def test_unit_tests_mirror_plugins():
+    """tests/unit/plugins/<folder>/test_<file>[_<aspect>].py tests plugins/<folder>/<file>.py; a subpackage's
+    tests may carry its name first (test_dra_names.py for _dra/names.py: pytest wants unique test file names)."""
+    tests = ROOT / "tests" / "unit" / "plugins"
+    strays = []
+    for path in sorted(tests.rglob("test_*.py")):
+        folder = path.parent.relative_to(tests)
+        if path.name in FOLDER_WIDE_TESTS.get(folder.as_posix(), ()):
+            continue
+        stems = {p.stem.lstrip("_") for p in (PLUGINS / folder).glob("*.py") if p.name != "__init__.py"}
+        prefix = folder.name.lstrip("_") + "_"
+        name = path.stem[len("test_") :]
+        names = {name, name[len(prefix) :] if name.startswith(prefix) else name}
+        if not any(n == stem or n.startswith(stem + "_") for n in names for stem in stems):
+            strays.append(str(path.relative_to(ROOT)))
+    assert strays == [], f"unit tests that name no file of the plugins/ folder they mirror: {strays}"

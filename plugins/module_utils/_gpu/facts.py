@@ -25,7 +25,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.schema import (
     HEALTH_OK,
     GpuFactsError,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import read_state
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files_record import read_state
 from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet.pod_resources import (
     DEFAULT_TIMEOUT as POD_RESOURCES_TIMEOUT,
 )

@@ -2,7 +2,7 @@
 # Apache-2.0
 """gpusplit's names in Kubernetes: shared labels and annotations, DNS labels, label values. Private to the collection.
 
-Pure, standard library only. The renderers (``plugin_utils/render.py``) and the DRA code
+Pure, standard library only. The renderers (``plugin_utils/split_render.py``) and the DRA code
 (``module_utils/_dra/``, ``plugin_utils/_dra/``) label and name their objects with these, so that a selector written by
 one finds the objects of the other.
 """

@@ -13,13 +13,13 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.claims import (
     claim_context,
     diagnostic_claim_context,
 )
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.rules import (
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.rule_plan import (
     host_share_rule_contexts,
     isolation_rule_context,
     isolation_rule_contexts,
     taint_rule_context,
 )
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import render_template
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.split_render import render_template
 
 TAINT_RULE_TEMPLATE = "devicetaintrule.yaml.j2"
 CLAIM_TEMPLATE = "resourceclaimtemplate.yaml.j2"

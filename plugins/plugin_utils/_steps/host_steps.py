@@ -23,7 +23,7 @@ cp_static_pod = lazy("module_utils._control_plane.static_pod")
 dra_chart = lazy("plugin_utils._dra.chart")
 dra_names = lazy("module_utils._dra.names")
 dra_preflight = lazy("plugin_utils._dra.preflight")
-host_side = lazy("plugin_utils.host_side")
+host_play_lib = lazy("plugin_utils.host_play")
 inventory_vars = lazy("plugin_utils.inventory_vars")
 k8s_versions = lazy("module_utils._k8s.versions")
 
@@ -33,19 +33,19 @@ k8s_versions = lazy("module_utils._k8s.versions")
 
 
 @step
-def host_side_fleet(inputs, context):
+def host_play_fleet(inputs, context):
     """The host side of every planned host at once, each with its own variables: ``runs`` (host: run),
     ``pending`` (the hosts whose host side changes, or is not known) and ``unchanged``.
 
     inputs: plan, defaults (the role's, for what a host leaves out), toolkit_settings.
     """
-    return host_side.host_side_fleet(
+    return host_play_lib.host_play_fleet(
         inputs.get("plan"), context.hostvars, inputs.get("defaults"), inputs.get("toolkit_settings")
     )
 
 
 @step
-def host_run(inputs, context):
+def host_play(inputs, context):
     """What the role gpu_host does on the host of one node plan, and its digest: ``fleet_run`` as it is where
     the fleet's step worked it out already.
 
@@ -54,7 +54,7 @@ def host_run(inputs, context):
     """
     if inputs.get("fleet_run"):
         return dict(inputs["fleet_run"])
-    return host_side.host_run(
+    return host_play_lib.host_play(
         inputs.get("plan"),
         inputs.get("services"),
         inputs.get("root", "/"),

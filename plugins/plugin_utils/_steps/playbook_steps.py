@@ -17,13 +17,13 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
 dra_isolation = lazy("plugin_utils._dra.isolation")
 dra_render = lazy("plugin_utils._dra.render")
-dra_rules = lazy("plugin_utils._dra.rules")
+dra_rules = lazy("plugin_utils._dra.rule_plan")
 fleet_outputs = lazy("plugin_utils.fleet_outputs")
-guard_env = lazy("plugin_utils.workload_lint")
+guard_env = lazy("plugin_utils.workload_checks")
 guard_policies = lazy("plugin_utils.admission_guard")
 guard_report_lib = lazy("plugin_utils.guard_report")
 planner = lazy("module_utils._split.planner")
-render = lazy("plugin_utils.render")
+render = lazy("plugin_utils.split_render")
 split_table = lazy("plugin_utils.split_table")
 
 

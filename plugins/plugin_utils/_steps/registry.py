@@ -26,7 +26,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
 dra_names = lazy("module_utils._dra.names")
 planner = lazy("module_utils._split.planner")
-render = lazy("plugin_utils.render")
+render = lazy("plugin_utils.split_render")
 
 STEPS = {}
 
@@ -87,8 +87,8 @@ def titles():
         (render.RenderError, "gpusplit render"),
         (dra_names.DraError, "gpusplit DRA"),
         (lazy("plugin_utils.gpu_operator").OperatorError, "gpusplit GPU Operator mode"),
-        (lazy("plugin_utils.host_share").HostShareError, "gpusplit host share"),
-        (lazy("plugin_utils.workload_lint").LintError, "gpusplit admission guard"),
+        (lazy("plugin_utils.host_files_render").HostShareError, "gpusplit host share"),
+        (lazy("plugin_utils.workload_checks").LintError, "gpusplit admission guard"),
         (lazy("plugin_utils.guard_report").GuardReportError, "gpusplit guard report"),
         (lazy("plugin_utils.resplit").ResplitError, "gpusplit re-split"),
     )

@@ -12,7 +12,7 @@ import yaml
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import MODE_NAMES
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 
 ROOT = Path(__file__).resolve().parents[3]
 ROLES = ROOT / "roles"

@@ -65,13 +65,13 @@ LIBRARIES = (
     "module_utils._dra.names",
     "plugin_utils.admission_guard",
     "plugin_utils.guard_report",
-    "plugin_utils.render",
+    "plugin_utils.split_render",
     "plugin_utils.gpu_operator",
-    "plugin_utils.fleet_svg",
+    "plugin_utils.fleet_drawing",
     "plugin_utils.fleet_outputs",
-    "plugin_utils.host_share",
+    "plugin_utils.host_files_render",
     "plugin_utils.resplit",
-    "plugin_utils.workload_lint",
+    "plugin_utils.workload_checks",
     "plugin_utils._dra.render",
 )
 
@@ -84,7 +84,7 @@ def test_loading_the_filter_files_imports_no_library():
 
 def test_a_filter_imports_its_library_at_first_use():
     (modules,) = imported_after(["out_dir", "/srv/out"])
-    assert PREFIX + "plugin_utils.out_dir" in modules
+    assert PREFIX + "plugin_utils.output_dir" in modules
     assert PREFIX + "module_utils._control_plane.gate_data" not in modules
 
 
@@ -92,7 +92,7 @@ def test_a_filter_imports_its_library_at_first_use():
     ("call", "title"),
     [
         # a refusal type of a library not imported before the filter failed is still titled
-        (["host_share", {"mode": "bogus"}], "gpusplit host share refused:"),
+        (["host_files", {"mode": "bogus"}], "gpusplit host share refused:"),
         (["gang_job", {"name": "x", "replicas": 0}], "gpusplit gang job refused:"),
     ],
 )

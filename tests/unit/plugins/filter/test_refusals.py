@@ -176,7 +176,7 @@ def test_render_daemonsets_refuses_a_mode_the_table_does_not_have():
 @pytest.mark.parametrize("taint_enabled", [False, True])
 def test_node_taints_refuses_a_mode_the_table_does_not_have(taint_enabled):
     from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import refusal_text
-    from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+    from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 
     node_plan = gone_mode_plan()["nodes"]["gpu-a"]
     with pytest.raises(render.RenderError) as err:

@@ -14,7 +14,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible_collections.gpusplit.k8s.plugins.modules import role_step
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import role_steps
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.modules.test_out_files import playbook
-from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_render import fleet
+from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_split_render import fleet
 
 
 def test_the_documented_steps_are_the_steps():

@@ -8,7 +8,7 @@ import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import PURPOSES
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import admission_guard as ag
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_lint as wl
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_checks as wl
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
 
 K8S = "1.37"

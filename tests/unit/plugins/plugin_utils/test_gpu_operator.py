@@ -19,7 +19,7 @@ import yaml
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import MIG_STRATEGIES, plan_fleet
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator as G
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator_checks as C
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._steps import cluster_steps
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
 
@@ -401,7 +401,7 @@ def test_the_default_plugin_hardening_is_the_split_plugins_own():
 
 
 def render_defaults():
-    from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+    from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 
     return render.DEFAULT_SETTINGS
 

@@ -6,7 +6,8 @@ import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.read import project
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_node
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, resplit, resplit_inventory
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import resplit, resplit_inventory
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import ResplitError
 from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import (
     field_paths,

@@ -5,10 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render, role_steps
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import role_steps
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._steps import cluster_steps
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
-from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_render import fleet, live_node
+from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_split_render import (
+    fleet,
+    live_node,
+)
 
 
 def inventory(*hosts, **node_names):
@@ -164,7 +168,7 @@ def test_cp_component_error_reads_a_count_given_as_text():
 
 def test_loading_the_steps_imports_no_library():
     """A worker that runs one step imports that step's libraries, not every step's (plugin_utils/lazy.py): the
-    per-host steps (host_run, dra_host_report, the control plane's) run in a worker of their own per host."""
+    per-host steps (host_play, dra_host_report, the control plane's) run in a worker of their own per host."""
     import json
     import subprocess
     import sys
@@ -185,8 +189,8 @@ def test_loading_the_steps_imports_no_library():
     )
     loaded = {m.rsplit(".plugins.", 1)[-1] for m in json.loads(out.stdout.splitlines()[-1])}
     libraries = {
-        "plugin_utils.render",
-        "plugin_utils.host_side",
+        "plugin_utils.split_render",
+        "plugin_utils.host_play",
         "module_utils._split.planner",
         "plugin_utils._dra.render",
     }

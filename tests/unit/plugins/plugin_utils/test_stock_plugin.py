@@ -21,7 +21,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator_c
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
 from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import query
 from ansible_collections.gpusplit.k8s.tests.unit.plugins.module_utils._dra.dra_testdata import REFERENCE_DIR
-from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_render import fleet, gpu
+from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_split_render import fleet, gpu
 
 CHART_DIR = REFERENCE_DIR / "charts" / "nvidia-device-plugin"
 EXCLUDE = {"key": "gpusplit.io/split", "operator": "NotIn", "values": ["true"]}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import names
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

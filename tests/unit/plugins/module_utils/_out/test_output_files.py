@@ -1,4 +1,4 @@
-"""module_utils/_out/files.py: a run's output files written in one step (write_files), bad input refused
+"""module_utils/_out/output_files.py: a run's output files written in one step (write_files), bad input refused
 with every reason before anything is written (check_files)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import stat
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._out.files import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._out.output_files import (
     check_files,
     parse_mode,
     write_files,

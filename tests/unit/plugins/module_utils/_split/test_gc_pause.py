@@ -19,7 +19,9 @@ import pytest
 import ansible_collections.gpusplit.k8s.plugins.filter as filter_package
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import planner, verify
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.gc_pause import gc_paused
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import fleet_svg, host_side, render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import fleet_drawing as fleet_svg
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import host_play
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 
 FIXTURES = Path(__file__).resolve().parents[4] / "fixtures" / "gpus"
 
@@ -74,7 +76,7 @@ def fleet_steps(plan):
         ("render_fleet", render.render_fleet, lambda: (plan,)),
         ("verify_inputs", verify.verify_inputs, lambda: (plan, facts)),
         ("verify_fleet", verify.verify_fleet, lambda: (plan, [], [], facts)),
-        ("host_side_fleet", host_side.host_side_fleet, lambda: (plan, hostvars)),
+        ("host_play_fleet", host_play.host_play_fleet, lambda: (plan, hostvars)),
         ("render_fleet_svg", fleet_svg.render_fleet_svg, lambda: (report, plan)),
     ]
 

@@ -17,7 +17,8 @@ from ansible_collections.gpusplit.k8s.plugins.filter.split_modes import FilterMo
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import modes, verify
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import PlanError, plan_fleet
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator_checks, host_share, render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator_checks, host_files_render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 
 ROOT = Path(__file__).resolve().parents[5]
 CANARY = "_canary"
@@ -108,8 +109,8 @@ READERS = (
     "plugins/module_utils/_split/planner.py",
     "plugins/module_utils/_split/selectors.py",
     "plugins/module_utils/_split/verify.py",
-    "plugins/plugin_utils/render.py",
-    "plugins/plugin_utils/host_share.py",
+    "plugins/plugin_utils/split_render.py",
+    "plugins/plugin_utils/host_files_render.py",
     "plugins/plugin_utils/gpu_operator.py",
     "plugins/plugin_utils/gpu_operator_checks.py",
     "roles/gpu_host/tasks/main.yml",
@@ -293,11 +294,11 @@ def test_host_share_and_operator_checks_treat_a_throwaway_mode_like_the_mode_it_
     base, name = canary
     want_plan = plan_fleet(fleet(base, {"host_count": 1}, "mixed"))
     got_plan = plan_fleet(fleet(name, {"host_count": 1}, "mixed"))
-    want = outcome(lambda: host_share.host_share(want_plan["nodes"]["n1"], ["trainer"], "/"))
-    got = outcome(lambda: host_share.host_share(got_plan["nodes"]["n1"], ["trainer"], "/"))
+    want = outcome(lambda: host_files_render.host_files(want_plan["nodes"]["n1"], ["trainer"], "/"))
+    got = outcome(lambda: host_files_render.host_files(got_plan["nodes"]["n1"], ["trainer"], "/"))
     assert as_base(got, base, name) == as_base(want, base, name)
     kube = dict(want_plan["nodes"]["n1"], host_uuids=[], kubernetes_uuids=[UUIDS[0]], mode=name)
-    assert outcome(lambda: host_share.host_share(kube))[0] == (
+    assert outcome(lambda: host_files_render.host_files(kube))[0] == (
         "refused" if modes.MODES[base].kubernetes_share == modes.SHARE_NONE else "ok"
     )
     for check in (

@@ -1,4 +1,4 @@
-"""DeviceTaintRules (plugins/plugin_utils/_dra/rules.py): what each rule says, gpusplit's rules of a GPU, the table."""
+"""DeviceTaintRules (plugins/plugin_utils/_dra/rule_plan.py): what each rule says, gpusplit's rules of a GPU, the table."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.render import (
     isolation_rule,
     render_taint_rule,
 )
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.rules import (
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.rule_plan import (
     host_share_rule_contexts,
     rules_of_gpu,
     rules_table,

@@ -44,7 +44,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.quantity import parse_quantity
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import is_gpu_resource, tolerates
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.settings import with_defaults
 
 NATIVE_DOMAIN = "kubernetes.io/"  # kubernetes.io/ and every *.kubernetes.io/ name is native

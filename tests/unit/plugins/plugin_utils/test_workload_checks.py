@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpusplit.k8s.plugins.filter import workload_lint as lint_filter
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_lint as wl
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload_checks as wl
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
 
 K8S = "1.37"

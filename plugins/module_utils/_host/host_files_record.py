@@ -123,3 +123,19 @@ def read_state(path):
         except (KeyError, TypeError, OSError):
             differs.append(str(scan.get("dir")))
     return {"path": path, "digest": state.get("digest"), "intact": not differs, "differs": differs}
+
+
+def run_digest(value):
+    """The digest of everything a host's run is made from (the controller's side of the record)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+
+
+def unchanged(state, state_path, digest):
+    """Whether ``state`` (what :func:`read_state` gave the discovery) is the record at ``state_path`` of a run
+    with ``digest``, and every file it lists is as that run left it: then the host needs no call this run."""
+    return bool(
+        isinstance(state, dict)
+        and state.get("intact") is True
+        and state.get("path") == state_path
+        and state.get("digest") == digest
+    )

@@ -1,11 +1,11 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""What the role gpu_host does on each host, decided on the controller (filters host_run, host_side_fleet).
+"""What the role gpu_host does on each host, decided on the controller (filters host_play, host_play_fleet).
 
-:func:`host_run` is one host's decision: the host share (plugin_utils/host_share.py), whether the toolkit is
+:func:`host_play` is one host's decision: the host share (plugin_utils/host_files_render.py), whether the toolkit is
 hardened (the mode table's ``hardens_host`` and gpusplit_toolkit_hardening), the refusal of a hardening that
 would blind the split plugin, the toolkit's path, why it is left alone, and the digest of everything the
-module gpu_host_files is called with. :func:`host_side_fleet` does it for every planned host at once, with
+module gpu_host_files is called with. :func:`host_play_fleet` does it for every planned host at once, with
 each host's own variables, and compares each digest with the record that gpu_host_files left on the host
 (read back by the discovery, ``gpu_discovery_result.host_state``): the hosts whose host side is already as
 this run would leave it are left out of the play that changes the hosts, so an unchanged host costs the
@@ -14,18 +14,17 @@ run one module execution, the discovery (docs/performance.md).
 
 from __future__ import annotations
 
-import hashlib
-import json
 import posixpath
 from collections.abc import Mapping
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import host_files_record
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import modes
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.gc_pause import gc_paused
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.host_share import HostShareError, host_share
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.host_files_render import HostShareError, host_files
 
-# inventory variable -> host_run argument (the role gpu_host's inputs; its defaults fill what a host leaves out)
+# inventory variable -> host_play argument (the role gpu_host's inputs; its defaults fill what a host leaves out)
 SETTINGS = {
     "gpusplit_host_services": "services",
     "gpusplit_host_root": "root",
@@ -56,11 +55,7 @@ def _flag(value, name, host):
 OBSOLETE_DIRS = ("var/cache/gpusplit",)
 
 
-def _digest(value):
-    return hashlib.sha256(json.dumps(value, sort_keys=True, default=str).encode("utf-8")).hexdigest()
-
-
-def host_run(
+def host_play(
     plan,
     services=None,
     root="/",
@@ -72,14 +67,14 @@ def host_run(
     toolkit_settings=None,
     discovery=None,
 ):
-    """What gpu_host does on the host of ``plan`` (a node plan): ``share`` (host_share), ``harden``,
+    """What gpu_host does on the host of ``plan`` (a node plan): ``share`` (host_files), ``harden``,
     ``split_plugin``, ``plugin_hardening``, ``toolkit_config``, ``toolkit_left_alone`` (why not hardened, or
     ''), ``backup``, ``systemd_reload``, ``toolkit_settings``, ``refusal`` (the hardening that would blind the
     split plugin, or ''), ``obsolete_dirs`` (folders an earlier version left, to remove), ``digest`` (of all
     of it: what the module gpu_host_files is called with) and ``unchanged`` (the record read back by
     ``discovery``, this run's discovery result, holds the digest and its files are intact: the host side
     can be skipped)."""
-    share = host_share(plan, services, root)
+    share = host_files(plan, services, root)
     host = share["host"]
     hardening = _flag(toolkit_hardening, "gpusplit_toolkit_hardening", host)
     harden = hardening and share["mode"] in modes.names_where(hardens_host=True)
@@ -124,25 +119,15 @@ def host_run(
         "refusal": refusal,
         "obsolete_dirs": [posixpath.join(share["root"], folder) for folder in OBSOLETE_DIRS],
     }
-    run["digest"] = _digest(run)
-    run["unchanged"] = unchanged(run, discovery)
+    run["digest"] = host_files_record.run_digest(run)
+    state = discovery.get("host_state") if isinstance(discovery, Mapping) else None
+    run["unchanged"] = host_files_record.unchanged(state, share["state_path"], run["digest"])
     return run
 
 
-def unchanged(run, discovery):
-    """Whether the record read back by the discovery (its result) holds this run's digest, intact."""
-    state = discovery.get("host_state") if isinstance(discovery, Mapping) else None
-    return bool(
-        isinstance(state, dict)
-        and state.get("intact") is True
-        and state.get("path") == run["share"]["state_path"]
-        and state.get("digest") == run["digest"]
-    )
-
-
 @gc_paused
-def host_side_fleet(plan, hostvars, defaults=None, toolkit_settings=None):
-    """host_run for every host of the fleet plan, each with its own variables (``defaults``: the role's
+def host_play_fleet(plan, hostvars, defaults=None, toolkit_settings=None):
+    """host_play for every host of the fleet plan, each with its own variables (``defaults``: the role's
     defaults, {inventory variable: value}, for what a host leaves out). Returns ``{"runs": {host: run},
     "pending": [hosts whose host side changes, or is not known], "unchanged": [hosts left as they are]}``.
     Every host's refusal is collected and raised at once (HostShareError)."""
@@ -159,7 +144,7 @@ def host_side_fleet(plan, hostvars, defaults=None, toolkit_settings=None):
         args = {arg: hv.get(var, defaults.get(var)) for var, arg in SETTINGS.items()}
         args = {k: v for k, v in args.items() if v is not None}
         try:
-            run = host_run(
+            run = host_play(
                 plan["nodes"][host],
                 toolkit_settings=toolkit_settings,
                 discovery=hv.get(DISCOVERY_VAR),

@@ -14,8 +14,8 @@ import yaml
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.read import project
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.taints import check_requests
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet, plan_node
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.render import RenderError
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.split_render import RenderError
 from ansible_collections.gpusplit.k8s.tests.unit.fieldreads import (
     field_paths,
     query,

@@ -13,9 +13,12 @@ import re
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
-from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_render import fleet, live_node
+from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_split_render import (
+    fleet,
+    live_node,
+)
 
 BASE = "app.kubernetes.io/managed-by=gpusplit,app.kubernetes.io/name=gpusplit-device-plugin"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
@@ -86,7 +89,7 @@ def test_plan_scope_prunes_only_planned_nodes():
 
 def test_plan_scope_with_a_long_node_name_uses_its_label_value():
     from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
-    from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_render import gpu
+    from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_split_render import gpu
 
     plan = plan_fleet({LONG: {"facts": [gpu(0)], "mode": "device_plugin", "split": {"count": 1}}})
     out = render.prune_scope(BASE, plan, [LONG], "plan")
@@ -106,7 +109,7 @@ def test_plan_scope_with_an_empty_plan_prunes_nothing():
 def test_plan_scope_selector_at_thousands_of_nodes():
     """One planned value per node: about 64 characters each (label values are at most 63)."""
     from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
-    from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_render import gpu
+    from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_split_render import gpu
 
     names = [f"gpu-{i:05d}-" + "n" * 60 for i in range(2000)]
     plan = plan_fleet({n: {"facts": [gpu(0)], "mode": "device_plugin", "split": {"count": 1}} for n in names})
@@ -176,7 +179,7 @@ def test_the_steps_pass_the_scope_on():
 def test_a_selector_the_apiserver_would_refuse_is_refused_before_anything_is_sent():
     """kube-apiserver answers 431 over 1 MiB (on the lab: 15,000 values of 63 characters pass, 20,000 do not)."""
     from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
-    from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_render import gpu
+    from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_split_render import gpu
 
     planned = ["gpu-a"]
     plan = plan_fleet({"gpu-a": {"facts": [gpu(0)], "mode": "device_plugin", "split": {"count": 1}}})

@@ -8,7 +8,7 @@ import xml.etree.ElementTree as ET
 from ansible_collections.gpusplit.k8s.plugins.filter.fleet_svg import fleet_svg as fleet_svg_filter
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import fleet_svg
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import fleet_drawing as fleet_svg
 
 NS = "{http://www.w3.org/2000/svg}"
 

@@ -1,4 +1,4 @@
-"""Where a run writes its outputs by default (plugins/plugin_utils/out_dir.py, filter gpusplit.k8s.out_dir):
+"""Where a run writes its outputs by default (plugins/plugin_utils/output_dir.py, filter gpusplit.k8s.out_dir):
 out/ in ansible-playbook's working directory, never next to the playbook inside the collection."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpusplit.k8s.plugins.filter.out_dir import FilterModule
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils.out_dir import out_dir
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.output_dir import out_dir
 
 ROOT = Path(__file__).resolve().parents[4]
 BIN = Path(sys.executable).parent

@@ -2,7 +2,7 @@
 # Apache-2.0
 """Every file the role gpu_host owns on a host, checked and written in one pass. Private to the collection.
 
-The controller renders what the host should hold (``plugin_utils/host_share.py``: the env file, the
+The controller renders what the host should hold (``plugin_utils/host_files_render.py``: the env file, the
 drop-in text, the paths) and decides whether the toolkit is hardened and whether a hardening must be
 refused; this file only compares that with the host and changes what differs, so a whole host costs
 one module execution:
@@ -28,7 +28,7 @@ import shutil
 import stat
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host import host_state
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import host_files_record
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     check_link,
     file_diff,
@@ -36,7 +36,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._host.files import (
     read_text,
     write_with_backup,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import find_managed_dropins
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files_record import find_managed_dropins
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host.systemd_reload import (
     find_systemctl,
     reload_systemd,
@@ -488,7 +488,7 @@ def record_state(params):
             "name": params.get("dropin_name") or DROPIN_NAME,
             "marker": params["dropin_marker"],
         }
-    return host_state.record(params["state_path"], params["state_digest"], files, scan=scan)
+    return host_files_record.record(params["state_path"], params["state_digest"], files, scan=scan)
 
 
 def execute(params, module, check_mode=False, diff=False):
@@ -502,7 +502,7 @@ def execute(params, module, check_mode=False, diff=False):
     if params.get("state_path") and not check_mode:
         try:
             result["state"] = record_state(params)
-        except host_state.HostStateError as exc:
+        except host_files_record.HostStateError as exc:
             module.warn(str(exc))
     try:  # after the files (and their record): a failure here reports what was written
         reload_systemd(module, result, params["daemon_reload"], check_mode=check_mode)

@@ -1,4 +1,4 @@
-"""The host side of a node's split (plugins/plugin_utils/host_share.py and its filters)."""
+"""The host side of a node's split (plugins/plugin_utils/host_files_render.py and its filters)."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ import subprocess
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from ansible_collections.gpusplit.k8s.plugins.filter import host_share as host_share_filter
+from ansible_collections.gpusplit.k8s.plugins.filter import host_files as host_share_filter
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_node
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import host_share as hs
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import host_files_render as hs
 
 # an 8-GPU H100 host, listed out of PCI order on purpose
 UUIDS_BY_PCI = [
@@ -55,7 +55,7 @@ def env_dict(text):
 
 
 def test_split_node_env_and_dropin_exactly():
-    share = hs.host_share(plan(), ["trainer.service", "jupyter"], "/")
+    share = hs.host_files(plan(), ["trainer.service", "jupyter"], "/")
     assert share["host_uuids"] == HOST and share["kubernetes_uuids"] == KUBE
     assert share["cuda_visible_devices"] == ",".join(HOST)
     assert share["nvidia_visible_devices"] == ",".join(HOST)
@@ -100,25 +100,25 @@ def test_split_node_env_and_dropin_exactly():
 
 
 def test_rendering_is_deterministic():
-    a = hs.host_share(plan(), ["a.service"], "/")
-    b = hs.host_share(plan(), ["a.service"], "/")
+    a = hs.host_files(plan(), ["a.service"], "/")
+    b = hs.host_files(plan(), ["a.service"], "/")
     assert a == b
 
 
 def test_host_uuids_follow_pci_order_even_if_the_plan_lists_them_otherwise():
     p = plan()
     p["host_uuids"] = list(reversed(p["host_uuids"]))
-    assert hs.host_share(p)["host_uuids"] == HOST
+    assert hs.host_files(p)["host_uuids"] == HOST
 
 
 def test_minimal_plan_without_gpus_keeps_the_given_order():
     p = {"host": "h", "mode": "device_plugin", "host_uuids": list(reversed(HOST)), "kubernetes_uuids": []}
-    share = hs.host_share(p)
+    share = hs.host_files(p)
     assert share["host_uuids"] == list(reversed(HOST)) and share["node"] == "h"
 
 
 def test_empty_host_share_hides_every_gpu():
-    share = hs.host_share(plan({"host_count": 0}), ["trainer.service"])
+    share = hs.host_files(plan({"host_count": 0}), ["trainer.service"])
     assert share["host_uuids"] == [] and len(share["kubernetes_uuids"]) == 8
     assert share["cuda_visible_devices"] == ""
     assert share["nvidia_visible_devices"] == "none"
@@ -130,7 +130,7 @@ def test_empty_host_share_hides_every_gpu():
 
 
 def test_mode_none_gives_the_host_every_gpu():
-    share = hs.host_share(plan(mode="none"))
+    share = hs.host_files(plan(mode="none"))
     assert share["mode"] == "none"
     assert share["host_uuids"] == [u for _, u in UUIDS_BY_PCI] and share["kubernetes_uuids"] == []
 
@@ -141,7 +141,7 @@ def test_excluded_gpus_are_in_neither_share():
     p["excluded"] = [
         {"uuid": UUIDS_BY_PCI[-1][1], "pci_bus_id": UUIDS_BY_PCI[-1][0], "reason": "health lost"}
     ]
-    share = hs.host_share(p)
+    share = hs.host_files(p)
     assert UUIDS_BY_PCI[-1][1] not in share["cuda_visible_devices"]
     assert env_dict(share["env_text"])["GPUSPLIT_EXCLUDED_GPUS"] == UUIDS_BY_PCI[-1][1]
 
@@ -149,18 +149,18 @@ def test_excluded_gpus_are_in_neither_share():
 def test_mig_enabled_host_gpu_is_warned_about():
     p = plan()
     p["gpus"][0]["mig_enabled"] = True
-    share = hs.host_share(p)
+    share = hs.host_files(p)
     assert len(share["warnings"]) == 1 and HOST[0] in share["warnings"][0]
 
 
 def test_scratch_root():
-    share = hs.host_share(plan(), ["t"], "/tmp/scratch//hostroot/")
+    share = hs.host_files(plan(), ["t"], "/tmp/scratch//hostroot/")
     assert share["root"] == "/tmp/scratch/hostroot"
     assert share["env_path"] == "/tmp/scratch/hostroot/etc/gpusplit/host-gpus.env"
     assert (
         share["dropins"][0]["path"] == "/tmp/scratch/hostroot/etc/systemd/system/t.service.d/50-gpusplit.conf"
     )
-    assert hs.host_share(plan(), [], "//")["root"] == "/"
+    assert hs.host_files(plan(), [], "//")["root"] == "/"
 
 
 @pytest.mark.parametrize(
@@ -186,7 +186,7 @@ def test_unit_names(name, unit):
 
 
 def test_duplicate_services_collapse():
-    share = hs.host_share(plan(), ["trainer", "trainer.service"])
+    share = hs.host_files(plan(), ["trainer", "trainer.service"])
     assert [d["unit"] for d in share["dropins"]] == ["trainer.service"]
 
 
@@ -211,14 +211,14 @@ def test_bad_plans_are_refused(mutate, needle):
     p = plan()
     mutate(p)
     with pytest.raises(hs.HostShareError) as exc:
-        hs.host_share(p)
+        hs.host_files(p)
     assert any(needle in e for e in exc.value.errors), exc.value.errors
     assert all(e.startswith("gpu-01: ") for e in exc.value.errors)
 
 
 def test_not_a_plan():
     with pytest.raises(hs.HostShareError, match="expected a mapping"):
-        hs.host_share(["GPU-x"])
+        hs.host_files(["GPU-x"])
 
 
 @pytest.mark.parametrize(
@@ -231,14 +231,14 @@ def test_not_a_plan():
 )
 def test_bad_services_and_root_are_refused(services, root, needle):
     with pytest.raises(hs.HostShareError, match=needle):
-        hs.host_share(plan(), services, root)
+        hs.host_files(plan(), services, root)
 
 
 def test_all_errors_at_once():
     p = plan()
     p["host_uuids"] = ["bad"]
     with pytest.raises(hs.HostShareError) as exc:
-        hs.host_share(p, ["x/y"], "rel")
+        hs.host_files(p, ["x/y"], "rel")
     assert len(exc.value.errors) == 3
 
 
@@ -247,7 +247,7 @@ def test_all_errors_at_once():
 
 
 def test_stale_dropins():
-    share = hs.host_share(plan(), ["trainer"], "/r")
+    share = hs.host_files(plan(), ["trainer"], "/r")
     found = [
         "/r/etc/systemd/system/trainer.service.d/50-gpusplit.conf",
         "/r/etc/systemd/system/old.service.d/50-gpusplit.conf",
@@ -259,18 +259,18 @@ def test_stale_dropins():
 def test_marker_regex_matches_only_the_marker_line():
     import re
 
-    share = hs.host_share(plan())
+    share = hs.host_files(plan())
     assert re.match(share["marker_regex"], share["dropin_text"])
     assert not re.match(share["marker_regex"], "[Service]\nEnvironment=FOREIGN=1\n")
 
 
 def test_filters():
     filters = host_share_filter.FilterModule().filters()
-    share = filters["host_share"](plan(), ["a"], "/x")
+    share = filters["host_files"](plan(), ["a"], "/x")
     assert share["dropins"][0]["unit"] == "a.service"
     assert hs.stale_dropins([], share) == []
     with pytest.raises(AnsibleFilterError, match="gpusplit host share refused:\n- gpu-01: "):
-        filters["host_share"](dict(plan(), mode="bogus"))
+        filters["host_files"](dict(plan(), mode="bogus"))
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,7 +280,7 @@ def test_filters():
 @pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
 @pytest.mark.parametrize("split", [{"host_count": 2}, {"host_count": 0}])
 def test_env_file_sources_in_a_shell(tmp_path, split):
-    share = hs.host_share(plan(split))
+    share = hs.host_files(plan(split))
     path = tmp_path / "host-gpus.env"
     path.write_text(share["env_text"])
     out = subprocess.run(
@@ -300,17 +300,17 @@ def test_env_file_sources_in_a_shell(tmp_path, split):
 def test_node_name_needing_quotes_is_quoted_and_unsafe_one_refused():
     p = plan()
     p["node"] = "node with space"
-    assert "GPUSPLIT_NODE='node with space'" in hs.host_share(p)["env_text"]
+    assert "GPUSPLIT_NODE='node with space'" in hs.host_files(p)["env_text"]
     p["node"] = "it's"
     with pytest.raises(hs.HostShareError, match="cannot write GPUSPLIT_NODE"):
-        hs.host_share(p)
+        hs.host_files(p)
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
 @pytest.mark.parametrize("split", [{"host_count": 2}, {"host_count": 0}])
 def test_dropin_is_clean_for_systemd(tmp_path, split):
     """systemd-analyze verify loads the unit with its drop-in and complains about any bad line."""
-    share = hs.host_share(plan(split), ["trainer"])
+    share = hs.host_files(plan(split), ["trainer"])
     (tmp_path / "trainer.service").write_text("[Unit]\nDescription=t\n[Service]\nExecStart=/bin/true\n")
     dropin_dir = tmp_path / "trainer.service.d"
     dropin_dir.mkdir()

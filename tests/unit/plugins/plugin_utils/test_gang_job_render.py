@@ -1,4 +1,4 @@
-"""Gang jobs (plugins/plugin_utils/workload.py, templates/podgroup.yaml.j2, plugins/filter/workload.py):
+"""Gang jobs (plugins/plugin_utils/gang_job_render.py, templates/podgroup.yaml.j2, plugins/filter/workload.py):
 the 1.37 objects validate strictly against the Kubernetes 1.37 schemas (kubernetes-validate), the 1.36
 ones against 1.36, and the two PodGroup shapes differ where k8s.io/api says they do."""
 
@@ -10,7 +10,7 @@ import yaml
 from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpusplit.k8s.plugins.filter import workload as workload_filters
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import workload
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gang_job_render as workload
 
 GPU = "nvidia.com/gpu"
 TOLERATION = {"key": "gpusplit.io/gang-test", "operator": "Exists", "effect": "NoSchedule"}

@@ -30,7 +30,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import (
     normalize_uuid,
     pci_sort_key,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_state import STATE_NAME
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files_record import STATE_NAME
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import SHARE_NONE, get_mode
 
 MARKER = "# Managed by gpusplit (gpusplit.k8s.gpu_host)."
@@ -122,7 +122,7 @@ def _joined(uuids):
     return ",".join(uuids)
 
 
-def host_share(plan, services=None, root="/"):
+def host_files(plan, services=None, root="/"):
     """Render the host share of one node plan.
 
     ``services``: systemd unit names that get the drop-in. ``root``: where the host's ``/`` is
@@ -257,7 +257,7 @@ def host_share(plan, services=None, root="/"):
         "env_dir": env_dir,
         "env_path": posixpath.join(env_dir, ENV_NAME),
         "env_text": "\n".join(env_lines) + "\n",
-        # what gpu_host_files left here last (module_utils/_host/host_state.py)
+        # what gpu_host_files left here last (module_utils/_host/host_files_record.py)
         "state_path": posixpath.join(env_dir, STATE_NAME),
         "systemd_dir": systemd_dir,
         "dropin_name": DROPIN_NAME,

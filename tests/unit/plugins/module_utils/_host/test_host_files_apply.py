@@ -1,4 +1,4 @@
-"""Every file of the role gpu_host in one pass (plugins/module_utils/_host/host_files.py).
+"""Every file of the role gpu_host in one pass (plugins/module_utils/_host/host_files_apply.py).
 
 Runs on the managed hosts' Pythons too (tools/multi_python_tests.py): standard library and pytest only.
 """
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host.host_files_apply import (
     HostFilesError,
     find_managed_dropins,
     host_files,

@@ -35,7 +35,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     label_value,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import minor_of
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils import render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 
 PODGROUP_API_VERSIONS = {
     "1.36": "scheduling.k8s.io/v1alpha2",

@@ -1,6 +1,6 @@
 """nvidia_gpu_facts end to end without GPUs: both backends on every fixture, and what each fixture is for.
 
-The host is made of fixtures (gpu_fakes.py); test_backend_errors.py has the failures and the module itself.
+The host is made of fixtures (gpu_fakes.py); test_facts_backend_errors.py has the failures and the module itself.
 """
 
 import importlib
