@@ -57,6 +57,7 @@ class Gpu:
         "name",
         "memory",
         "mig_enabled",
+        "mig_mode_known",
         "mig_pending",
         "migs",
         "health",
@@ -152,6 +153,7 @@ def _norm_gpu(host, pos, raw, errors):
     current = mig_mode.get("current")
     pending = mig_mode.get("pending")
     g.mig_enabled = isinstance(current, str) and current.lower() == "enabled"
+    g.mig_mode_known = isinstance(current, str) and current.lower() in ("enabled", "disabled")
     g.mig_pending = pending if isinstance(pending, str) else None
     if g.mig_pending is not None and isinstance(current, str) and pending.lower() == current.lower():
         g.mig_pending = None
