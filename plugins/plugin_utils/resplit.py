@@ -37,6 +37,11 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     label_value,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import SHARE_DRA, find_mode
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.sharing import (
+    ANNOTATION_SHARING,
+    device_of_replica,
+    sharing_text,
+)
 
 POLICIES = ("refuse", "evict", "wait")
 HOST_PROCESS_POLICIES = ("refuse", "ignore")
@@ -103,7 +108,7 @@ class GpuIndex:
     def gpu(self, device_id):
         if device_id is None:
             return None
-        text = str(device_id).strip()
+        text = device_of_replica(str(device_id).strip())
         return self.by_id.get(normalize_uuid(text)) or self.by_id.get(text)
 
     def dra(self, device):
@@ -135,11 +140,13 @@ def live_shares(plan, daemonsets=None, taint_rules=None):
     """
     nodes = _mapping((plan or {}).get("nodes"), "plan.nodes")
     by_node = {}
+    sharing = {}
     for ds in _list(daemonsets, "daemonsets"):
         meta = (ds or {}).get("metadata") or {}
         node = (meta.get("annotations") or {}).get(ANNOTATION_NODE_NAME)
         if node:
             by_node[node] = _plugin_container_env(ds)
+            sharing[node] = (meta.get("annotations") or {}).get(ANNOTATION_SHARING) or sharing_text(None)
     tainted = {}
     for rule in _list(taint_rules, "taint rules"):
         meta = (rule or {}).get("metadata") or {}
@@ -165,7 +172,7 @@ def live_shares(plan, daemonsets=None, taint_rules=None):
                     gpu = index.gpu(device_id)
                     if gpu and gpu["uuid"] not in share:
                         share.append(gpu["uuid"])
-            out[node] = {"kubernetes": share, "source": "split DaemonSet"}
+            out[node] = {"kubernetes": share, "source": "split DaemonSet", "sharing": sharing[node]}
         elif node in tainted:
             share = [g["uuid"] for g in index.gpus if normalize_uuid(g["uuid"]) not in tainted[node]]
             out[node] = {"kubernetes": share, "source": "DeviceTaintRules"}
@@ -309,6 +316,11 @@ def node_diff(
     # this change's business: verify reports a container on a host GPU); with no live split to
     # compare with, every held GPU outside the new share
     in_the_way = [h for h in holders if h["gpu"] not in after and (before is None or h["gpu"] in before)]
+    sharing = _sharing_change(node_plan, live)
+    if sharing:
+        # the plugin registers its devices under other ids (<uuid>::<n> or <uuid>): every device-plugin
+        # holder of the node keeps an id the plugin no longer has
+        in_the_way = [h for h in holders if h["gpu"] is not None]
     held = {h["gpu"] for h in in_the_way}
     if before is None:
         # no live split to compare with: every held GPU that leaves the Kubernetes share moves
@@ -346,6 +358,7 @@ def node_diff(
         "kubernetes_after": after,
         "to_host": to_host,
         "to_kubernetes": to_kubernetes,
+        "sharing": sharing,
         "holders": in_the_way,
         "host_processes": host_processes,
         "host_services": list(services or []),
@@ -402,7 +415,13 @@ def resplit_diff(
         out["warnings"].extend(diff["warnings"])
         if host in unread and _may_leave(node_plan, diff):
             out["unread"].append({"node": diff["node"], "host": host, "reason": unread[host]})
-        if diff["to_host"] or diff["to_kubernetes"] or diff["holders"] or diff["host_processes"]:
+        if (
+            diff["to_host"]
+            or diff["to_kubernetes"]
+            or diff["sharing"]
+            or diff["holders"]
+            or diff["host_processes"]
+        ):
             out["nodes"].append(diff)
         else:
             out["unchanged"].append(diff["node"])
@@ -414,10 +433,20 @@ def resplit_diff(
     return out
 
 
+def _sharing_change(node_plan, live):
+    """{before, after} when the node's live split DaemonSet shares its GPUs otherwise than the plan, else None
+    (no split DaemonSet yet: nothing was shared by gpusplit)."""
+    before = (live or {}).get("sharing")
+    after = sharing_text(node_plan.get("sharing"))
+    if before is None or before == after:
+        return None
+    return {"before": before, "after": after}
+
+
 def _may_leave(node_plan, diff):
     """Whether a GPU may leave the node's Kubernetes share in this change: one moves to the host, or
     there is no live split to compare with and the plan keeps some GPU out of the share."""
-    if diff["to_host"]:
+    if diff["to_host"] or diff.get("sharing"):
         return True
     gpus = node_plan.get("gpus") or []
     return diff["kubernetes_before"] is None and len(diff["kubernetes_after"]) < len(gpus)
@@ -440,6 +469,8 @@ def resplit_table(diff):
         )
         lines.append(f"  to the host:      {_gpus_text(node['to_host'])}")
         lines.append(f"  to Kubernetes:    {_gpus_text(node['to_kubernetes'])}")
+        if node.get("sharing"):
+            lines.append(f"  sharing:          {node['sharing']['before']} -> {node['sharing']['after']}")
         for h in node["holders"]:
             owner = f", owner {h['owner']}" if h.get("owner") else ""
             via = f"claim {h['claim']}" if h.get("claim") else f"{h['resource_name']} {h['device_id']}"
@@ -473,8 +504,14 @@ def resplit_refusals(diff, policy="refuse", host_processes="refuse"):
             pods = "; ".join(
                 f"{h['namespace']}/{h['pod']} holds GPU {h['index']} ({h['gpu']})" for h in node["holders"]
             )
+            why = (
+                f"The node's sharing changes ({node['sharing']['before']} -> {node['sharing']['after']}): its device "
+                "plugin registers the GPUs under other device ids"
+                if node.get("sharing")
+                else "These GPUs leave the node's Kubernetes share"
+            )
             errors.append(
-                f"{node['node']}: {pods}. These GPUs leave the node's Kubernetes share, and the kubelet does not "
+                f"{node['node']}: {pods}. {why}, and the kubelet does not "
                 "take a device back from a running pod. Set gpusplit_resplit_policy=evict (evicts exactly these "
                 "pods, honouring PodDisruptionBudgets) or wait (no new pod gets these GPUs; waits for these pods "
                 "to finish), or move the pods yourself, then run this again. Nothing was changed."

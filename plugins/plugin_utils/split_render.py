@@ -40,6 +40,14 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._split.gc_pause impor
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import get_mode, mode_has
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import node_plans
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.settings import with_defaults
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.sharing_render import (
+    CONFIG_DIR,
+    CONFIG_FILE,
+    CONFIG_FILE_NAME,
+    config_text,
+    daemonset_values,
+    sharing_labels,
+)
 
 try:  # libyaml's loader when present: same result, much faster for 10k objects
     _YAML_LOADER = yaml.CSafeLoader
@@ -333,6 +341,7 @@ def node_labels(node_plan, operator_managed=False):
     labels[LABEL_HOST_GPUS] = str(node_plan["host_count"])
     if node_plan["split"] and (operator_managed or mode_has(node_plan.get("mode"), "operator_managed")):
         labels[LABEL_OPERATOR_DEVICE_PLUGIN] = "false"
+    labels.update(sharing_labels(node_plan))
     return labels
 
 
@@ -451,7 +460,12 @@ def _daemonset_context(node_plan, s):
         "node_label": label_value(node),
         "visible_devices": ",".join(node_plan["kubernetes_uuids"]),
     }
+    plugin_config, sharing_values = daemonset_values(node_plan, daemonset_name(node))
+    variables.update(sharing_values)
     return variables, {
+        "plugin_config": plugin_config,
+        "config_file": CONFIG_FILE,
+        "config_dir": CONFIG_DIR,
         "namespace": s["namespace"],
         "managed_by": MANAGED_BY,
         "app_name": APP_NAME,
@@ -514,6 +528,35 @@ def render_daemonsets(plan, settings=None):
     return out
 
 
+def render_config_maps(plan, settings=None):
+    """The device plugin's config file (a ConfigMap named like the node's DaemonSet) for each node whose split
+    plugin shares the Kubernetes share (plugin_utils/sharing_render.py)."""
+    s = resolve_settings(settings)
+    out = []
+    for node_plan in node_plans(plan):
+        if not mode_of(node_plan).split_plugin or not node_plan["kubernetes_uuids"]:
+            continue
+        text = config_text(node_plan)
+        if text is None:
+            continue
+        node = node_plan["node"]
+        out.append(
+            render_template(
+                "configmap.yaml.j2",
+                name=daemonset_name(node),
+                namespace=s["namespace"],
+                managed_by=MANAGED_BY,
+                app_name=APP_NAME,
+                node=node,
+                node_label=label_value(node),
+                host=node_plan["host"],
+                file_name=CONFIG_FILE_NAME,
+                config=text,
+            )
+        )
+    return out
+
+
 def render_namespace(settings=None):
     s = resolve_settings(settings)
     return render_template("namespace.yaml.j2", name=s["namespace"], managed_by=MANAGED_BY)
@@ -526,12 +569,14 @@ def render_fleet(plan, settings=None):
     The Namespace (when it is not kube-system and create_namespace), then one DaemonSet per
     node whose mode runs the split plugin (the mode table's ``split_plugin``: device_plugin,
     gpu_operator) and that has Kubernetes GPUs. Nodes in other modes (none, dra) get no object
-    here (their labels: render_node_patches; DRA taints: _dra).
+    here (their labels: render_node_patches; DRA taints: _dra). A node whose Kubernetes share is shared
+    gets its plugin's config file first (a ConfigMap, render_config_maps), which its DaemonSet mounts.
     """
     s = resolve_settings(settings)
     objects = []
     if s["namespace"] != "kube-system" and s["create_namespace"]:
         objects.append(render_template("namespace.yaml.j2", name=s["namespace"], managed_by=MANAGED_BY))
+    objects.extend(render_config_maps(plan, s))
     objects.extend(render_daemonsets(plan, s))
     return objects
 

@@ -35,6 +35,12 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import
     SHARE_HOST,
     SHARE_KUBERNETES,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.sharing import (
+    SHARED_SUFFIX,
+    advertised_difference,
+    pod_sharing,
+    sharing_text,
+)
 
 OK, DRIFT, FAIL = "OK", "DRIFT", "FAIL"
 PLUGIN_IMAGE_HINT = "k8s-device-plugin"
@@ -103,7 +109,10 @@ def _rolling_out(node_plan, plugin_pods):
     if not running or not all(_is_ours(p) for p in running):
         return False
     want = ",".join(node_plan["kubernetes_uuids"])
+    sharing = sharing_text(node_plan.get("sharing"))
     for pod in running:
+        if pod_sharing(pod) != sharing:
+            return True
         for container in (pod.get("spec") or {}).get("containers") or []:
             env = {e.get("name"): e.get("value") for e in container.get("env") or []}
             if "NVIDIA_VISIBLE_DEVICES" in env and env["NVIDIA_VISIBLE_DEVICES"] != want:
@@ -128,11 +137,12 @@ def check_processes(node_plan, gpus):
 
 
 def gpu_resources(allocatable):
-    """{resource: int or None} of the GPU resources a node advertises: nvidia.com/gpu, nvidia.com/mig-*."""
+    """{resource: int or None} of the GPU resources a node advertises: nvidia.com/gpu, nvidia.com/mig-*, and
+    nvidia.com/gpu.shared (time-slicing renamed)."""
     return {
         k: _quantity(v)
         for k, v in sorted((allocatable or {}).items())
-        if k == GPU_RESOURCE or k.startswith(MIG_RESOURCE_PREFIX)
+        if k in (GPU_RESOURCE, GPU_RESOURCE + SHARED_SUFFIX) or k.startswith(MIG_RESOURCE_PREFIX)
     }
 
 
@@ -183,6 +193,9 @@ def verify_node(node_plan, node, plugin_pods, gpus):
                 fails,
                 drifts,
             )
+        difference = advertised_difference(node_plan, advertised)
+        if difference:
+            (fails if fails else drifts).append(f"sharing {sharing_text(node_plan['sharing'])}: {difference}")
     running = [p for p in plugin_pods if (p.get("status") or {}).get("phase") == "Running"]
     if len(running) > 1:
         names = ", ".join(sorted(p["metadata"]["name"] for p in running))
@@ -255,6 +268,16 @@ def _mappings_with(*keys):
     return check
 
 
+def _sharing(value):
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        return _got(value)
+    if not isinstance(value.get("replicas"), int) or isinstance(value.get("replicas"), bool):
+        return f"replicas is {type_name(value.get('replicas'))}"
+    return _mappings_with("name", "devices", "advertised_as")(value.get("resources"))
+
+
 # what verify reads from a node plan: key, required, check (None or what is wrong), what it is
 NODE_PLAN_FIELDS = (
     ("host", True, _string, "the inventory host name (a string)"),
@@ -264,6 +287,7 @@ NODE_PLAN_FIELDS = (
     ("resources", False, _counts, "a mapping of resource name to count"),
     ("gpus", False, _mappings_with("uuid", "share"), "a list of GPUs, each with uuid and share"),
     ("excluded", False, _mappings_with("uuid"), "a list of GPUs, each with uuid"),
+    ("sharing", False, _sharing, "null, or the sharing of the plan (replicas, resources)"),
 )
 
 

@@ -64,7 +64,11 @@ def pod(ns, name, phase="Running", owner=None):
 def test_the_live_share_is_read_from_the_split_daemonset():
     old = plan_of({"host_count": 2})
     shares = resplit.live_shares(old, live_ds(old))
-    assert shares["node-a"] == {"kubernetes": [uuid(i) for i in range(2, 8)], "source": "split DaemonSet"}
+    assert shares["node-a"] == {
+        "kubernetes": [uuid(i) for i in range(2, 8)],
+        "source": "split DaemonSet",
+        "sharing": "none",
+    }
     assert resplit.live_shares(old, [])["node-a"]["kubernetes"] is None
 
 
