@@ -14,6 +14,14 @@ MIG follows the plugin's MIG_STRATEGY env (or --mig-strategy): a MIG-enabled GPU
 makes its parent GPU visible, and the plugin then enumerates every MIG device of that GPU: the
 real plugin walks all MIG devices of each GPU NVML shows and has no per-MIG filter.
 
+Sharing follows the plugin's config file (NVIDIA/k8s-device-plugin v0.20.0, api/config/v1 and
+internal/rm/device_map.go): the file CONFIG_FILE (env or --config-file) names, read from the ConfigMap
+volume mounted there. `sharing.timeSlicing` (or `sharing.mps`, which wins when set) replicates every
+device of each listed resource `replicas` times as `<id>::<n>`; `renameByDefault: true` advertises
+them as `<resource>.shared`; a `rename` of one's own and a `devices` other than `all` are reset at
+start (DisableResourceNamingInConfig), as the plugin does. A config the plugin would refuse
+(unknown version, no resources, replicas below 2) keeps it from starting: the node advertises nothing.
+
 Two plugins on one node is a real failure (they share the kubelet checkpoint): the simulator
 marks the node with the annotation gpusplit.io/lab-device-plugin-conflict and advertises what
 the plugin that started last sees (a new registration replaces the kubelet's endpoint).
@@ -22,8 +30,10 @@ the plugin that started last sees (a new registration replaces the kubelet's end
 from __future__ import annotations
 
 import json
+import posixpath
 import time
 
+import yaml
 from kubernetes import client, config
 
 from lab.components import KUBECONFIG
@@ -31,6 +41,7 @@ from lab.nodes import FIXTURE_LABEL, FIXTURES
 
 RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
+SHARED_SUFFIX = ".shared"  # the plugin's DefaultSharedResourceNameSuffix
 CONFLICT = "gpusplit.io/lab-device-plugin-conflict"
 PLUGIN_IMAGE_HINT = "k8s-device-plugin"
 
@@ -101,9 +112,111 @@ def advertised_ids(gpus: list[dict], strategy: str) -> dict[str, list[str]]:
     return out
 
 
-def advertised(gpus: list[dict], strategy: str) -> dict[str, int]:
-    """{resource: count} the plugin registers for the GPUs it sees under a MIG strategy."""
-    return {name: len(ids) for name, ids in advertised_ids(gpus, strategy).items()}
+def advertised(gpus: list[dict], strategy: str, sharing: dict | None = None) -> dict[str, int]:
+    """{resource: count} the plugin registers for the GPUs it sees under a MIG strategy (and sharing)."""
+    return {name: len(ids) for name, ids in replicated(advertised_ids(gpus, strategy), sharing).items()}
+
+
+class PluginConfigError(ValueError):
+    """A config file the plugin refuses at start (it then advertises nothing)."""
+
+
+def read_sharing(text: str) -> dict | None:
+    """The replicated resources of a plugin config file, as the plugin ends up with them after its start:
+    {"strategy": "mps"|"time-slicing", "fail_requests_greater_than_one", "resources": [{name, rename,
+    replicas}]}, or None when nothing is replicated. PluginConfigError for what the plugin refuses."""
+    doc = yaml.safe_load(text) or {}
+    if not isinstance(doc, dict):
+        raise PluginConfigError("the config file is not a mapping")
+    if doc.get("version", "v1") not in ("v1", "", None):
+        raise PluginConfigError(f"unknown version: {doc.get('version')}")
+    sharing = doc.get("sharing") or {}
+    chosen, strategy = None, None
+    if sharing.get("mps") is not None:
+        chosen, strategy = sharing["mps"], "mps"  # Sharing.ReplicatedResources: MPS when it is set
+    elif sharing.get("timeSlicing") is not None:
+        chosen, strategy = sharing["timeSlicing"], "time-slicing"
+    if chosen is None:
+        return None
+    resources = chosen.get("resources") or []
+    if not resources:
+        raise PluginConfigError("no resources specified")
+    by_default = bool(chosen.get("renameByDefault", False))
+    out = []
+    for r in resources:
+        if "name" not in r:
+            raise PluginConfigError("no resource name specified")
+        replicas = r.get("replicas")
+        if not isinstance(replicas, int) or replicas < 2:
+            raise PluginConfigError("number of replicas must be >= 2")
+        # DisableResourceNamingInConfig: only <name>.shared under renameByDefault; devices always all
+        rename = r["name"] + SHARED_SUFFIX if by_default else ""
+        out.append({"name": r["name"], "rename": rename, "replicas": replicas})
+    fail = chosen.get("failRequestsGreaterThanOne")
+    if fail is None and strategy == "mps":
+        fail = True  # NewConfig keeps the historical MPS behaviour
+    return {"strategy": strategy, "fail_requests_greater_than_one": bool(fail), "resources": out}
+
+
+def replicated(ids: dict[str, list[str]], sharing: dict | None) -> dict[str, list[str]]:
+    """The plugin's device map with its replicas (updateDeviceMapWithReplicas): each device of a shared
+    resource becomes ``<id>::0`` .. ``<id>::<replicas-1>``, under the renamed resource when renamed."""
+    if not sharing:
+        return ids
+    shared = {r["name"]: r for r in sharing["resources"]}
+    out: dict[str, list[str]] = {name: list(v) for name, v in ids.items() if name not in shared}
+    for name, r in shared.items():
+        if not ids.get(name):
+            continue
+        target = r["rename"] or name
+        out.setdefault(target, []).extend(f"{i}::{n}" for i in ids[name] for n in range(r["replicas"]))
+    out.setdefault(RESOURCE, [])
+    return out
+
+
+def config_file(container: dict) -> str | None:
+    """The config file a plugin container reads: --config-file, else CONFIG_FILE."""
+    env = {e["name"]: e.get("value") for e in container.get("env") or [] if "name" in e}
+    value = env.get("CONFIG_FILE")
+    for arg in [*(container.get("args") or []), *(container.get("command") or [])]:
+        if arg.startswith("--config-file="):
+            value = arg.split("=", 1)[1]
+    return value or None
+
+
+def config_source(pod: dict, container: dict) -> tuple[str, str, str] | None:
+    """(namespace, ConfigMap, key) the container's config file comes from, or None (no config file, or not
+    in a ConfigMap volume)."""
+    path = config_file(container)
+    if not path:
+        return None
+    volumes = {v["name"]: v for v in pod["spec"].get("volumes") or []}
+    for mount in container.get("volumeMounts") or []:
+        base = mount.get("mountPath", "").rstrip("/")
+        if base and path.startswith(base + "/"):
+            cm = (volumes.get(mount.get("name")) or {}).get("configMap")
+            if cm:
+                return pod["metadata"]["namespace"], cm["name"], posixpath.relpath(path, base)
+    return None
+
+
+def plugin_devices(api: client.ApiClient, gpus: list[dict], pod: dict) -> dict[str, list[str]]:
+    """{resource: [device id]} the plugin of ``pod`` registers: the GPUs its container sees, its MIG
+    strategy, and the sharing of its config file ({} when the plugin would not start)."""
+    container = plugin_container(pod)
+    ids = advertised_ids(visible_gpus(gpus, container), mig_strategy(container))
+    source = config_source(pod, container)
+    if source is None:
+        return ids
+    namespace, name, key = source
+    try:
+        cm = json.loads(
+            client.CoreV1Api(api).read_namespaced_config_map(name, namespace, _preload_content=False).data
+        )
+        text = (cm.get("data") or {})[key]
+        return replicated(ids, read_sharing(text))
+    except (client.ApiException, KeyError, PluginConfigError, yaml.YAMLError):
+        return {RESOURCE: []}  # the plugin fails to load its config and registers nothing
 
 
 def plugin_container(pod: dict) -> dict:
@@ -216,13 +329,12 @@ class DevicePluginSimulator(TickedSimulator):
         gpus = fixture_gpus(node["metadata"]["labels"][FIXTURE_LABEL])
         want = {RESOURCE: 0}
         for _, pod in plugin_pods:
-            container = plugin_container(pod)
-            want = advertised(visible_gpus(gpus, container), mig_strategy(container))
+            want = {name: len(ids) for name, ids in plugin_devices(self.api(), gpus, pod).items()}
         status = node.get("status") or {}
-        # a MIG resource no longer registered stays on the node with 0, as with the kubelet
+        # a MIG or shared resource no longer registered stays on the node with 0, as with the kubelet
         for section in ("capacity", "allocatable"):
             for key in status.get(section) or {}:
-                if key.startswith(MIG_PREFIX):
+                if key.startswith(MIG_PREFIX) or key.endswith(SHARED_SUFFIX):
                     want.setdefault(key, 0)
         values = {k: str(v) for k, v in want.items()}
         if any(

@@ -133,7 +133,7 @@ def encode_list_response(pods: list[dict]) -> bytes:
 
 
 def is_gpu_resource(name: str) -> bool:
-    return name == GPU_RESOURCE or name.startswith(MIG_PREFIX)
+    return name in (GPU_RESOURCE, GPU_RESOURCE + ".shared") or name.startswith(MIG_PREFIX)
 
 
 def gpu_requests(container: dict) -> dict[str, int]:
@@ -400,8 +400,7 @@ class PodResourcesSimulator(dp.TickedSimulator):
             plugins = running.get(name, [])
             gpus = dp.fixture_gpus(node["metadata"]["labels"][FIXTURE_LABEL])
             if plugins:
-                container = dp.plugin_container(plugins[-1][1])
-                available = dp.advertised_ids(dp.visible_gpus(gpus, container), dp.mig_strategy(container))
+                available = dp.plugin_devices(api, gpus, plugins[-1][1])
             here = live_pods(pods, name)
             path = host_root(name, self.hosts_root) / CHECKPOINT
             before = load_checkpoint(path)

@@ -44,6 +44,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.quantity import parse_quantity
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import is_gpu_resource, tolerates
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.sharing import SHARED_SUFFIX
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.settings import with_defaults
 
@@ -59,6 +60,7 @@ ERROR, WARNING = "error", "warning"
 RULES = {
     "extended-resource-requests-equal-limits": ERROR,
     "extended-resource-integer": ERROR,
+    "shared-gpu-more-than-one": WARNING,
     "visible-devices-env": ERROR,
     "cuda-visible-devices-env": WARNING,
     "visible-devices-env-from": WARNING,
@@ -301,7 +303,10 @@ def is_extended_resource(name):
 def _integer_fix(resource):
     fix = f"use a whole number, e.g. {resource}: 1"
     if is_gpu_resource(resource):
-        fix += " (for a share of a GPU use MIG or time-slicing resources)"
+        fix += (
+            " (for a share of a GPU: MIG devices, gpusplit_mig_strategy single or mixed, or time-sliced "
+            "replicas of the Kubernetes share, gpusplit_sharing; docs/sharing.md)"
+        )
     return fix
 
 
@@ -331,6 +336,24 @@ def _resource_findings(obj, kind_of_list, container):
                         _integer_fix(resource),
                     )
                 )
+        amount = parse_quantity(lim if lim is not None else req)
+        if (
+            resource.endswith(SHARED_SUFFIX)
+            and is_gpu_resource(resource)
+            and amount is not None
+            and amount > 1
+        ):
+            out.append(
+                _finding(
+                    obj,
+                    name,
+                    "shared-gpu-more-than-one",
+                    f"{where}: asks for {lim if lim is not None else req} {resource}: replicas of a time-sliced GPU "
+                    "give no more compute than one (they may all be one GPU), and a node whose device plugin "
+                    "fails requests greater than one fails the container (UnexpectedAdmissionError)",
+                    f"ask for {resource}: 1, or for whole GPUs (nvidia.com/gpu) on a node that does not share them",
+                )
+            )
         if req is not None and lim is None:
             out.append(
                 _finding(

@@ -45,6 +45,8 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.selection i
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import (
+    LABEL_TIME_SLICING_ONE_PER_POD,
+    LABEL_TIME_SLICING_REPLICAS,
     UNSCHEDULABLE_TAINT,
     meta_of,
     node_taints,
@@ -224,7 +226,45 @@ def _short_of_gpus(case, node):
         usage = case.cl.node_usage(node, r)
         if usage["free"] < want:
             short[r] = dict(usage, wanted=want)
-    return [(0, {"node": meta_of(node).get("name"), "resources": short})] if short else []
+    if not short:
+        return []
+    return [(0, {"node": meta_of(node).get("name"), "resources": short, "time_slicing": _time_slicing(node)})]
+
+
+def _time_slicing(node):
+    """(replicas per GPU, fails requests over one) of a node whose Kubernetes share gpusplit time-slices, from
+    its labels; None for any other node."""
+    labels = meta_of(node).get("labels") or {}
+    replicas = labels.get(LABEL_TIME_SLICING_REPLICAS)
+    if not replicas or not replicas.isdigit() or not replicas.isascii() or int(replicas) < 1:
+        return None
+    return int(replicas), labels.get(LABEL_TIME_SLICING_ONE_PER_POD) == "true"
+
+
+def _time_slicing_words(details):
+    """What a shortage on time-sliced nodes means: (words for the summary, the next step), or None."""
+    sliced = [d for d in details if d.get("time_slicing")]
+    if not sliced:
+        return None
+    parts, too_many = [], []
+    for d in sliced:
+        replicas, one_per_pod = d["time_slicing"]
+        for r, u in sorted(d["resources"].items()):
+            gpus = u["allocatable"] / replicas
+            parts.append(f"{d['node']}: {r} is {gpus:g} GPU(s) time-sliced x{replicas}")
+            if u["wanted"] > u["allocatable"]:
+                too_many.append(f"the pod asks for {u['wanted']:g} {r}, more replicas than {d['node']} has")
+            if one_per_pod and u["wanted"] > 1:
+                too_many.append(
+                    f"{d['node']} fails a container asking for more than one replica "
+                    "(failRequestsGreaterThanOne), even once it fits"
+                )
+    summary = "; ".join(parts + too_many)
+    nxt = (
+        "ask for 1 replica per container (more replicas do not add compute on a time-sliced GPU), "
+        "free replicas, or raise gpusplit_sharing.time_slicing.replicas (docs/sharing.md)"
+    )
+    return summary, nxt
 
 
 def _claims_blocked(why):
@@ -274,6 +314,9 @@ def _summarise_shortage(details):
             if not u["allocatable"]:
                 zero.append(d["node"])
     summary = "Insufficient GPUs on every candidate node (" + "; ".join(parts) + ")"
+    sliced = _time_slicing_words(details)
+    if sliced:
+        summary += f"; time-sliced: {sliced[0]}"
     if zero and len(zero) == len(details):
         nxt = (
             f"{', '.join(sorted(set(zero)))} advertise(s) no GPUs: is the device plugin running there? "
@@ -288,6 +331,8 @@ def _summarise_shortage(details):
         if holders:
             nxt += "; GPUs held by " + ", ".join(holders)
         nxt += "; free GPUs or grow the Kubernetes share (out/fleet-report.json)"
+    if sliced:
+        nxt += f"; {sliced[1]}"
     return summary, nxt, {}
 
 

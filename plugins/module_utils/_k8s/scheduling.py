@@ -17,6 +17,10 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.quantity import 
 # and the MIG resources of the mixed strategy (nvidia.com/mig-1g.10gb, ...)
 GPU_RESOURCE_PREFIXES = ("nvidia.com/gpu", "nvidia.com/mig-")
 UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+# gpusplit's node labels of a time-sliced Kubernetes share (gpusplit_sharing, docs/sharing.md): the replicas
+# per device, and "true" where the device plugin fails a request of more than one replica
+LABEL_TIME_SLICING_REPLICAS = "gpusplit.io/time-slicing-replicas"
+LABEL_TIME_SLICING_ONE_PER_POD = "gpusplit.io/time-slicing-fail-requests-greater-than-one"
 BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
 # --------------------------------------------------------------------------------------------

@@ -85,7 +85,11 @@ def test_mig_resources_and_requests_without_limits():
     assert ps.gpu_requests({"resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "2"}}}) == {
         "nvidia.com/gpu": 1
     }
-    assert ps.gpu_requests({"resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}) == {}
+    assert ps.gpu_requests({"resources": {"limits": {"example.com/fpga": "1"}}}) == {}
+    # the device plugin's time-sliced resource renamed by renameByDefault is a GPU resource too
+    assert ps.gpu_requests({"resources": {"limits": {"nvidia.com/gpu.shared": "1"}}}) == {
+        "nvidia.com/gpu.shared": 1
+    }
 
 
 def test_the_answer_round_trips_through_the_collections_client_decoder():

@@ -126,9 +126,9 @@ def test_non_integer_amounts(value):
     (f,) = wl.lint([wrap("Pod", pod_spec(c))])
     assert f["rule"] == "extended-resource-integer"
     assert repr(value) in f["message"]
-    assert (
-        f["fix"]
-        == "use a whole number, e.g. nvidia.com/gpu: 1 (for a share of a GPU use MIG or time-slicing resources)"
+    assert f["fix"] == (
+        "use a whole number, e.g. nvidia.com/gpu: 1 (for a share of a GPU: MIG devices, gpusplit_mig_strategy "
+        "single or mixed, or time-sliced replicas of the Kubernetes share, gpusplit_sharing; docs/sharing.md)"
     )
 
 
