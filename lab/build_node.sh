@@ -9,8 +9,8 @@
 #                                         (cgo and libseccomp: Debian's libseccomp-dev)
 #   .lab/bin/cni/{bridge,loopback,host-local}
 #                                         github.com/containernetworking/plugins at CNI_PLUGINS_VERSION
-# and the lab's own small C programs for its images (lab/images/*.c: the pause program and the
-# workload), compiled statically with the C compiler.
+# and the programs of the lab's images: the pause program and the workload (lab/images/*.c, static C)
+# and the device plugin (lab/images/deviceplugin, Go, static).
 # Like lab/build.sh (which runs this script from `all`), a binary is rebuilt only when its version
 # stamp (.<name>.version beside it) differs from the pin, and a cached one is reported "cached".
 #   lab/build_node.sh [all|kubelet|containerd|runc|cni|images]
@@ -172,14 +172,35 @@ build_images() {
   done
 }
 
+# the lab's device plugin (lab/images/deviceplugin/main.go, its own package main) against the
+# device-plugin API of k8s.io/kubelet at KUBE_VERSION's staging version, stamped with its source's hash
+build_deviceplugin() {
+  local src="$root/lab/images/deviceplugin/main.go" d="$work/node-deviceplugin" sum modfile
+  sum="$(sha256sum "$src" | cut -c1-16)-$KUBE_VERSION"
+  stamp_ok "$bin/images/device-plugin" "$sum" && { log "image program device-plugin cached"; return; }
+  modfile=$(gomod_of k8s.io/kubelet "0.${KUBE_VERSION#1.}")
+  [ -n "$modfile" ] || die "could not download k8s.io/kubelet v0.${KUBE_VERSION#1.}"
+  mkdir -p "$d" "$bin/images"
+  printf 'module gpusplit.lab/deviceplugin\n\ngo %s\n\nrequire k8s.io/kubelet v0.%s\n' \
+    "$(go_directive "$modfile")" "${KUBE_VERSION#1.}" >"$d/go.mod"
+  cp "$src" "$d/main.go"
+  use_go_for "$(go_directive "$modfile")"
+  (cd "$d" && gobuild "image program device-plugin" "$bin/images/device-plugin" . -ldflags "-s -w")
+  mark "$bin/images/device-plugin" "$sum"
+}
+
 case "${1:-all}" in
   kubelet) build_kubelets ;;
   containerd) build_containerd ;;
   runc) build_runc ;;
   cni) build_cni ;;
-  images) build_images ;;
+  images)
+    build_images
+    build_deviceplugin
+    ;;
   all)
     build_images
+    build_deviceplugin
     build_runc
     build_cni
     build_containerd

@@ -71,7 +71,13 @@ TAINT = f"{TAINT_KEY}=true:NoSchedule"
 LABELS = {"gpusplit.io/real-node": "true"}
 PAUSE_IMAGE = "gpusplit.lab/pause:1"
 WORKLOAD_IMAGE = "gpusplit.lab/workload:1"
-IMAGES = {PAUSE_IMAGE: ("pause", ["/pause"]), WORKLOAD_IMAGE: ("workload", ["/workload"])}
+# the lab's device plugin (lab/images/deviceplugin): the real device-plugin API, never named as NVIDIA's
+DEVICE_PLUGIN_IMAGE = "gpusplit.lab/device-plugin:1"
+IMAGES = {
+    PAUSE_IMAGE: ("pause", ["/pause"]),
+    WORKLOAD_IMAGE: ("workload", ["/workload"]),
+    DEVICE_PLUGIN_IMAGE: ("device-plugin", ["/device-plugin"]),
+}
 KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248
 SUN_PATH_MAX = 107
@@ -119,7 +125,7 @@ def missing() -> list[str]:
     for name in ("bridge", "loopback", "host-local"):
         if not (CNI_BIN / name).exists():
             out.append(f"{C.shown(CNI_BIN / name)} (run `make lab-build`: lab/build_node.sh)")
-    for name in ("pause", "workload"):
+    for name in ("pause", "workload", "device-plugin"):
         if not (IMAGE_PROGRAMS / name).exists():
             out.append(f"{C.shown(IMAGE_PROGRAMS / name)} (run `make lab-build`: lab/build_node.sh)")
     if os.geteuid() != 0:

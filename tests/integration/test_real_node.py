@@ -140,6 +140,109 @@ def test_gpu_pod_resources_reads_the_real_kubelets_socket(real_node, kubectl, ns
     )
 
 
+FIXTURE = ROOT / "tests" / "fixtures" / "gpus" / "l40s-pair.json"
+
+
+def plugin_pod(strategy: str, exposed: Path) -> dict:
+    """The lab's device plugin on the real node: the kubelet's device-plugin dir, the GPU fixture and
+    the list of what the runtime exposed to it mounted from the node."""
+
+    def host_file(name, path, mount, kind):
+        return {"name": name, "hostPath": {"path": str(path), "type": kind}}, {
+            "name": name,
+            "mountPath": mount,
+        }
+
+    volumes = [
+        host_file(
+            "device-plugins",
+            "/var/lib/kubelet/device-plugins",
+            "/var/lib/kubelet/device-plugins",
+            "Directory",
+        ),
+        host_file("fixture", FIXTURE, "/etc/gpusplit-lab/gpus.json", "File"),
+        host_file("exposed", exposed, "/run/nvidia-container-devices", "File"),
+    ]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "device-plugin"},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": node.NAME},
+            "tolerations": [{"key": node.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 1,
+            "volumes": [v for v, _ in volumes],
+            "containers": [
+                {
+                    "name": "plugin",
+                    "image": node.DEVICE_PLUGIN_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "env": [{"name": "DEVICE_LIST_STRATEGY", "value": strategy}],
+                    "volumeMounts": [m for _, m in volumes],
+                }
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize("strategy", ["envvar", "volume-mounts"])
+def test_the_lab_device_plugin_registers_with_the_real_kubelet_which_allocates_its_gpu(
+    real_node, kubectl, ns, strategy
+):
+    gpus = json.loads(FIXTURE.read_text())["gpus"]
+    given = gpus[1]["uuid"]  # of the fixture's two GPUs, the runtime exposed the second only
+    exposed = node.ROOTDIR / "etc" / "gpusplit-lab" / f"exposed-{ns}"
+    exposed.parent.mkdir(parents=True, exist_ok=True)
+    exposed.write_text(given + "\n")
+    kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(plugin_pod(strategy, exposed)))
+    try:
+        # registered (the node's allocatable may still show an earlier plugin's until the kubelet's next
+        # status update), then the real kubelet sets the node's allocatable from the registration
+        kubectl.wait_for(
+            lambda: (
+                "registered nvidia.com/gpu" in kubectl("-n", ns, "logs", "device-plugin", check=False).stdout
+            ),
+            timeout=90,
+            what="the plugin to register with the real kubelet",
+        )
+        kubectl.wait_for(
+            lambda: (
+                kubectl.json("get", "node", node.NAME)["status"]["allocatable"].get("nvidia.com/gpu") == "1"
+            ),
+            timeout=90,
+            what="the real kubelet to advertise the one GPU the plugin was given",
+        )
+        pod = workload_pod("gpu", {}, wait=True)
+        pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+        kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pod))
+        kubectl.wait_for(
+            lambda: kubectl.json("-n", ns, "get", "pod", "gpu")["status"].get("phase") == "Running",
+            timeout=120,
+            what="the GPU pod on the real node to run",
+        )
+        lines = kubectl("-n", ns, "logs", "gpu").stdout.splitlines()
+        if strategy == "envvar":
+            assert f"env NVIDIA_VISIBLE_DEVICES={given}" in lines, lines
+        else:
+            assert "env NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices" in lines, lines
+            assert f"mount /var/run/nvidia-container-devices/{given}" in lines, lines
+        # the real kubelet's pod-resources answer: the pod holds exactly that GPU, read by gpusplit's module
+        result = ansible_module(
+            "localhost",
+            "gpusplit.k8s.gpu_pod_resources",
+            f"socket={node.POD_RESOURCES_SOCKET} timeout=20",
+            INVENTORY,
+        )
+        held = [
+            (h["pod"], h["resource_name"], h["device_id"]) for h in result["holders"] if h["namespace"] == ns
+        ]
+        assert held == [("gpu", "nvidia.com/gpu", given)], result["holders"]
+    finally:
+        kubectl("-n", ns, "delete", "pod", "--all", "--wait=true", "--timeout=60s", check=False)
+        exposed.unlink(missing_ok=True)
+
+
 def test_zz_lab_down_leaves_nothing_of_the_real_node_and_up_brings_it_back(real_node):
     pids = [real_node["kubelet_pid"], real_node["containerd_pid"]]
     assert labctl.down() == 0
