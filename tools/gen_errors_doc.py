@@ -65,6 +65,8 @@ CAPABILITIES = (
             "module_utils/_split/inputs.py",
             "module_utils/_split/selectors.py",
             "module_utils/_split/planner.py",
+            "module_utils/_split/sharing.py",
+            "module_utils/_split/mig_geometry.py",
             "module_utils/_split/modes.py",
             "module_utils/_split/sharing.py",
             "plugin_utils/split_table.py",

@@ -24,6 +24,7 @@ FLEET_VARS = {
     "gpusplit_exclude_unhealthy": ("exclude_unhealthy", True),
     "gpusplit_node_name": ("node_name", None),
     "gpusplit_sharing": ("sharing", None),
+    "gpusplit_mig_geometry": ("mig_geometry", None),
 }
 
 
