@@ -22,6 +22,7 @@ Every problem is appended to ``errors``; nothing is raised here.
 
 from __future__ import annotations
 
+import json
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
@@ -157,17 +158,34 @@ def read_mig_geometry(host, raw, st, share_kubernetes, errors):
     return {u: wanted[u] for u in sorted(wanted)} if not errors[before:] else None
 
 
+def mig_parted_entry(index, profiles):
+    """One entry of a mig-parted config (``version: v1``, ``mig-configs``: name -> entries, each with
+    ``devices`` as GPU indices, ``mig-enabled`` and ``mig-devices`` as profile -> count, as the GPU
+    Operator's chart documents it under ``migManager.config``) for the GPU at ``index``."""
+    counts = {}
+    for p in profiles:
+        counts[p] = counts.get(p, 0) + 1
+    return {"devices": [index], "mig-enabled": True, "mig-devices": {p: counts[p] for p in sorted(counts)}}
+
+
 def _check_applied(host, st, wanted, errors):
-    """A GPU whose MIG devices in the facts are not the declared ones is refused: gpusplit does not repartition."""
+    """A GPU whose MIG devices in the facts are not the declared ones is refused: gpusplit does not repartition.
+    The message carries the mig-parted config that would apply it to that GPU alone (by its index in this
+    run's facts, which the operator checks against the UUID on the host first: indices are not stable)."""
     by_uuid = {g.uuid: g for g in st.gpus if g.uuid}
     for uuid, profiles in sorted(wanted.items()):
         g = by_uuid[uuid]
         have = sorted(str(m["profile"]) for m in g.migs) if g.mig_enabled else []
         if have != sorted(profiles):
             now = f"MIG devices [{', '.join(have)}]" if g.mig_enabled else "MIG disabled"
+            config = json.dumps(
+                {"version": "v1", "mig-configs": {"gpusplit": [mig_parted_entry(g.index, profiles)]}},
+                separators=(", ", ": "),
+            )
             errors.append(
                 f"{host}: {VAR}: GPU {g.describe()} has {now}, the inventory declares [{', '.join(profiles)}]; "
-                "gpusplit checks the geometry but does not change it: apply it on the host with nvidia-mig-parted "
-                "(a config whose entry lists only this GPU's index, after every process on it has stopped), then run "
-                "this again. Nothing was changed."
+                "gpusplit checks the geometry but does not change it. Once every process on that GPU has stopped, "
+                f"check that nvidia-smi -L still shows {g.uuid} as GPU {g.index}, then apply it to that GPU alone: "
+                f"nvidia-mig-parted apply -c gpusplit -f <file> with this file: {config}; then run this again. "
+                "Nothing was changed."
             )

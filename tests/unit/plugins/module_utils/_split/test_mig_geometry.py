@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import PlanError, plan_node
@@ -95,7 +97,13 @@ def test_profiles_that_do_not_fit_are_refused(profiles, words):
 def test_a_declared_geometry_the_gpu_does_not_have_is_refused_with_what_to_run():
     [error] = refused({UUID[2]: ["1g.10gb"] * 7})
     assert "has MIG devices [3g.40gb, 3g.40gb], the inventory declares [1g.10gb" in error
-    assert "nvidia-mig-parted" in error and "Nothing was changed" in error
+    assert "nvidia-mig-parted apply -c gpusplit -f <file>" in error and "Nothing was changed" in error
+    assert f"check that nvidia-smi -L still shows {UUID[2]} as GPU 2" in error
+    config = json.loads(error.split("with this file: ", 1)[1].split("; then run", 1)[0])
+    assert config == {
+        "version": "v1",
+        "mig-configs": {"gpusplit": [{"devices": [2], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]},
+    }
     [error] = refused({"all": ["3g.40gb", "3g.40gb"]})  # GPU 3 has MIG disabled
     assert f"GPU {UUID[3]}" in error and "has MIG disabled" in error
 
