@@ -59,6 +59,10 @@ options:
       - split_cluster_checks
       - split_cluster_objects
       - split_cluster_stock_wait
+      - unsplit_cluster
+      - unsplit_plan
+      - unsplit_settings
+      - unsplit_wait
   inputs:
     description: The step's inputs, as the role passes them.
     type: dict
@@ -129,6 +133,10 @@ STEPS = (
     "split_cluster_checks",
     "split_cluster_objects",
     "split_cluster_stock_wait",
+    "unsplit_cluster",
+    "unsplit_plan",
+    "unsplit_settings",
+    "unsplit_wait",
 )
 
 

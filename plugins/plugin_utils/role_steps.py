@@ -21,10 +21,11 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils._steps import (
     cluster_steps,
     host_steps,
     playbook_steps,
+    unsplit_steps,
 )
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._steps.registry import STEPS, StepContext, run_step
 
 # the files whose steps are registered (each registers its own when imported)
-STEP_FILES = (cluster_steps, host_steps, playbook_steps)
+STEP_FILES = (cluster_steps, host_steps, playbook_steps, unsplit_steps)
 
 __all__ = ["STEPS", "STEP_FILES", "StepContext", "run_step"]

@@ -477,8 +477,9 @@ def host_files(module, params, check_mode=False, with_diff=False):
     return result
 
 
-def record_state(params):
-    """The record of what this run left: every file the module manages, and the drop-in folder's scan."""
+def record_state(params, result=None):
+    """The record of what this run left: every file the module manages, the drop-in folder's scan, and the
+    toolkit's backup where this run made one (``result``: this run's, whose ``toolkit.backup_file``)."""
     files = [params[key] for key in ("toolkit_path", "env_path") if params.get(key)]
     files += [item["path"] for item in params["dropins"] or []]
     scan = None
@@ -488,7 +489,11 @@ def record_state(params):
             "name": params.get("dropin_name") or DROPIN_NAME,
             "marker": params["dropin_marker"],
         }
-    return host_files_record.record(params["state_path"], params["state_digest"], files, scan=scan)
+    backup = ((result or {}).get("toolkit") or {}).get("backup_file")
+    backups = {params["toolkit_path"]: backup} if backup and params.get("toolkit_path") else None
+    return host_files_record.record(
+        params["state_path"], params["state_digest"], files, scan=scan, backups=backups
+    )
 
 
 def execute(params, module, check_mode=False, diff=False):
@@ -501,7 +506,7 @@ def execute(params, module, check_mode=False, diff=False):
     result = host_files(module, params, check_mode=check_mode, with_diff=diff)
     if params.get("state_path") and not check_mode:
         try:
-            result["state"] = record_state(params)
+            result["state"] = record_state(params, result)
         except host_files_record.HostStateError as exc:
             module.warn(str(exc))
     try:  # after the files (and their record): a failure here reports what was written

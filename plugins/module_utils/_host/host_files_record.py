@@ -75,15 +75,26 @@ def _scan(scan):
     return sorted(find_managed_dropins(scan["dir"], scan["name"], scan["marker"]))
 
 
-def record(path, digest, files, scan=None):
+def record(path, digest, files, scan=None, backups=None):
     """Write the record of this run: ``digest``, each of ``files`` with its digest now, and (``scan``:
-    ``{dir, name, marker}``) the gpusplit drop-ins found there. Written through a temporary file and a
-    rename, mode 0644; raises HostStateError when it cannot be."""
+    ``{dir, name, marker}``) the gpusplit drop-ins found there; ``originals``: for each file gpusplit backed up,
+    the backup of its first edit (kept from the record before, else ``backups``: {file: backup made now}), what
+    an unsplit puts back. Written through a temporary file and a rename, mode 0644; raises HostStateError when
+    it cannot be."""
+    originals = dict(backups or {})
+    try:
+        with open(path, encoding="utf-8") as handle:
+            before = json.load(handle).get("originals")
+        if isinstance(before, dict):
+            originals.update({k: v for k, v in before.items() if isinstance(v, str)})
+    except (OSError, ValueError, AttributeError):
+        pass
     state = {
         "format": FORMAT,
         "digest": digest,
         "files": {f: file_digest(f) for f in sorted(set(files))},
         "scan": dict(scan, found=_scan(scan)) if scan else None,
+        "originals": originals,
     }
     directory = os.path.dirname(path) or "."
     try:

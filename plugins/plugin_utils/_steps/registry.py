@@ -91,6 +91,7 @@ def titles():
         (lazy("plugin_utils.workload_checks").LintError, "gpusplit admission guard"),
         (lazy("plugin_utils.guard_report").GuardReportError, "gpusplit guard report"),
         (lazy("plugin_utils.resplit").ResplitError, "gpusplit re-split"),
+        (lazy("plugin_utils.unsplit").UnsplitError, "gpusplit unsplit"),
     )
 
 

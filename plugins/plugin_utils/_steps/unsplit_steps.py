@@ -1,0 +1,169 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""The steps of the role gpu_unsplit (playbooks/unsplit.yml, docs/undo.md). Private to the collection."""
+
+from __future__ import annotations
+
+import time
+
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._steps.registry import (
+    connection_args,
+    list_input,
+    mapping_input,
+    step,
+)
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
+
+host_play_lib = lazy("plugin_utils.host_play")
+unsplit = lazy("plugin_utils.unsplit")
+verify = lazy("module_utils._split.verify")
+
+
+@step
+def unsplit_settings(inputs, context):
+    """``settings``: the unsplit's settings, checked (a missing or unknown target refused before any change).
+
+    inputs: to, host_files, plugin.
+    """
+    return {
+        "settings": unsplit.check_settings(
+            inputs.get("to"), inputs.get("host_files", "restore"), inputs.get("plugin", "stock")
+        )
+    }
+
+
+@step
+def unsplit_plan(inputs, context):
+    """``plan``: the fleet plan with every healthy GPU in the target's share (what gpu_resplit checks); ``hosts``:
+    per planned host, where gpusplit's host files are (from the host play of the plan as it was); ``lines``: what
+    the run undoes on each host.
+
+    inputs: plan, to, host_files, defaults (gpu_host's, by inventory variable).
+    """
+    plan = mapping_input(inputs, "plan")
+    to = inputs.get("to")
+    fleet = host_play_lib.host_play_fleet(plan, context.hostvars, mapping_input(inputs, "defaults"))
+    mode = inputs.get("host_files", "restore")
+    hosts, lines = {}, []
+    for host, run in sorted(fleet["runs"].items()):
+        share = run["share"]
+        hosts[host] = {
+            "state_path": share["state_path"],
+            "toolkit_path": run["toolkit_config"],
+            "env_path": share["env_path"],
+            "dropin_dir": share["systemd_dir"],
+            "dropin_name": share["dropin_name"],
+            "marker": share["marker"],
+            "daemon_reload": run["systemd_reload"],
+        }
+        toolkit = {
+            "restore": "put back from gpusplit's backup while it is as gpusplit wrote it, else gpusplit's keys out",
+            "remove": "gpusplit's keys out",
+            "keep": "hardening kept",
+        }[mode]
+        lines.append(
+            f"{host}: {run['toolkit_config']}: {toolkit}; {share['env_path']} and gpusplit's drop-ins removed"
+            + ("" if mode == "keep" else f"; {share['state_path']} removed")
+        )
+    return {"plan": unsplit.unsplit_plan(plan, to), "hosts": hosts, "lines": lines}
+
+
+@step
+def unsplit_cluster(inputs, context):
+    """``cluster``: what the cluster side does per node and what it refuses (plugin_utils/unsplit.py, cluster_plan).
+
+    inputs: plan (as it was), to, plugin, nodes, daemonsets, field_manager.
+    """
+    return {
+        "cluster": unsplit.cluster_plan(
+            mapping_input(inputs, "plan"),
+            inputs.get("to"),
+            list_input(inputs, "nodes"),
+            list_input(inputs, "daemonsets"),
+            inputs.get("plugin", "stock"),
+            inputs.get("field_manager") or "gpusplit",
+        )
+    }
+
+
+def _stock_running(pods):
+    out = set()
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        if labels.get("app.kubernetes.io/managed-by") == "gpusplit":
+            continue
+        if (pod.get("status") or {}).get("phase") != "Running":
+            continue
+        if any(verify.is_device_plugin_container(c) for c in spec.get("containers") or []):
+            out.add(spec.get("nodeName"))
+    return out
+
+
+def _split_left(pods):
+    return {
+        (p.get("spec") or {}).get("nodeName")
+        for p in pods
+        if ((p.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/managed-by") == "gpusplit"
+        and ((p.get("metadata") or {}).get("labels") or {}).get("app.kubernetes.io/name")
+        == "gpusplit-device-plugin"
+    }
+
+
+@step
+def unsplit_wait(inputs, context):
+    """Waits, polling every ``delay`` seconds up to ``wait_seconds``, until ``until`` holds for every node:
+    ``stock`` (a device-plugin pod gpusplit does not own runs there), ``split_gone`` (no pod of gpusplit's split
+    plugin is left there) or ``verify`` (allocatable is what the unsplit leaves). Returns ``ok``, ``left`` (the
+    nodes it still does not hold for), ``seconds`` (how long it took), ``lowest`` ({node: the lowest allocatable
+    seen}) and ``lines``.
+
+    inputs: nodes (cluster_plan's entries), until, wait_seconds, delay, kubeconfig, context.
+    """
+    entries = list_input(inputs, "nodes")
+    until = inputs.get("until")
+    names = [e["node"] for e in entries]
+    wait = float(inputs.get("wait_seconds") or 0)
+    delay = float(inputs.get("delay") or 1)
+    retries = max(1, int(wait // delay)) if wait > 0 else 0
+    start = time.monotonic()
+    lowest = {}
+    left = list(names)
+    for attempt in range(retries + 1):
+        if until == "verify":
+            result = context.run_module(
+                "kubernetes.core.k8s_info", {"api_version": "v1", "kind": "Node", **connection_args(inputs)}
+            )
+            nodes = [n for n in (result or {}).get("resources") or [] if n["metadata"]["name"] in names]
+            for entry in entries:
+                live = next((n for n in nodes if n["metadata"]["name"] == entry["node"]), None)
+                have = unsplit.allocatable_of(live, entry["resource"])
+                lowest[entry["node"]] = min(lowest.get(entry["node"], have), have)
+            _ok, lines = unsplit.verify_nodes(entries, nodes)
+            live = {n["metadata"]["name"]: n for n in nodes}
+            left = [
+                e["node"]
+                for e in entries
+                if unsplit.allocatable_of(live.get(e["node"]), e["resource"]) != e["expected"]
+            ]
+        else:
+            result = context.run_module(
+                "kubernetes.core.k8s_info", {"api_version": "v1", "kind": "Pod", **connection_args(inputs)}
+            )
+            pods = [
+                p
+                for p in (result or {}).get("resources") or []
+                if (p.get("spec") or {}).get("nodeName") in names
+            ]
+            if until == "stock":
+                running = _stock_running(pods)
+                left = [n for n in names if n not in running]
+            else:
+                gone = _split_left(pods)
+                left = [n for n in names if n in gone]
+            lines = []
+        if not left or attempt == retries:
+            break
+        context.sleep(delay)
+    seconds = round(time.monotonic() - start, 1)
+    return {"ok": not left, "left": left, "seconds": seconds, "lowest": lowest, "lines": lines}

@@ -1,0 +1,271 @@
+"""Taking a split back on the lab (playbooks/unsplit.yml, docs/undo.md), mode device_plugin.
+
+Real kube-apiserver, scheduler and controller-manager; kwok kubelets (kubeletVersion v1.37.2-lab: the hand-over
+with the stock plugin first), lab.deviceplugin for what the plugins advertise (the plugin that registered last
+wins, as on a kubelet with the fix of kubernetes#121994) and lab.podresources for who holds each GPU. The host's
+files are the lab host's scratch root, seeded with the toolkit's stock config.toml.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from ansible_output import ansible_playbook
+
+from lab import components as C
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = ROOT / "inventory" / "lab"
+NODE = "lab-dgx-01"
+HOSTS = ("-e", f"gpusplit_hosts={NODE}")
+STOCK_CONFIG = ROOT / "tests" / "fixtures" / "nvidia-container-toolkit" / "config.toml"
+PLUGIN_SELECTOR = "app.kubernetes.io/managed-by=gpusplit,app.kubernetes.io/name=gpusplit-device-plugin"
+
+pytestmark = pytest.mark.integration
+
+
+def run(playbook, *extra, ok=True):
+    proc = ansible_playbook(playbook, INVENTORY, *HOSTS, *extra)
+    if ok is True and proc.returncode != 0:
+        raise AssertionError(f"{playbook} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}")
+    if ok is False and proc.returncode == 0:
+        raise AssertionError(f"{playbook} should have failed:\n{proc.stdout[-6000:]}")
+    return proc
+
+
+def changed(proc) -> dict[str, int]:
+    return {h: int(n) for h, n in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", proc.stdout, re.M)}
+
+
+def changed_tasks(proc) -> set[str]:
+    """The names of the tasks that reported a change."""
+    out, task = set(), None
+    for line in proc.stdout.splitlines():
+        if line.startswith("TASK ["):
+            task = line[len("TASK [") :].split("]", 1)[0]
+        elif line.startswith("changed:"):
+            out.add(task)
+    return out
+
+
+def host_root() -> Path:
+    return C.HOSTS_ROOT / NODE
+
+
+def host_files(backups: bool = False) -> dict[str, bytes]:
+    """Every file under the lab host's etc/ (the toolkit's folder, gpusplit's, systemd's), by relative path;
+    gpusplit's backups (which an unsplit leaves) only with ``backups``."""
+    etc = host_root() / "etc"
+    return {
+        str(p.relative_to(etc)): p.read_bytes()
+        for p in sorted(etc.rglob("*"))
+        if p.is_file() and (backups or not re.search(r"\.gpusplit-[0-9TZ.]+\.bak$", p.name))
+    }
+
+
+def pristine_host():
+    """The lab host as before any split: the toolkit's stock config.toml, nothing of gpusplit's."""
+    etc = host_root() / "etc"
+    for folder in (etc / "gpusplit", etc / "systemd"):
+        shutil.rmtree(folder, ignore_errors=True)
+    toolkit = etc / "nvidia-container-runtime"
+    toolkit.mkdir(parents=True, exist_ok=True)
+    for backup in toolkit.glob("config.toml.gpusplit-*"):
+        backup.unlink()
+    (toolkit / "config.toml").write_bytes(STOCK_CONFIG.read_bytes())
+
+
+def node(kubectl) -> dict:
+    return kubectl.json("get", "node", NODE)
+
+
+def allocatable(kubectl) -> int:
+    return int(node(kubectl)["status"]["allocatable"].get("nvidia.com/gpu", "0"))
+
+
+def split_daemonsets(kubectl) -> list:
+    return [
+        d
+        for d in kubectl.json("get", "daemonsets", "-A", "-l", PLUGIN_SELECTOR)["items"]
+        if d["metadata"]["annotations"].get("gpusplit.io/node-name") == NODE
+    ]
+
+
+def gpusplit_labels(kubectl) -> dict:
+    labels = node(kubectl)["metadata"]["labels"]
+    return {
+        k: v for k, v in labels.items() if k.startswith("gpusplit.io/") and k != "gpusplit.io/lab-fixture"
+    }
+
+
+STOCK = {
+    "apiVersion": "apps/v1",
+    "kind": "DaemonSet",
+    "metadata": {"name": "unsplit-stock-plugin", "namespace": "kube-system"},
+    "spec": {
+        "selector": {"matchLabels": {"app": "unsplit-stock-plugin"}},
+        "template": {
+            "metadata": {"labels": {"app": "unsplit-stock-plugin"}},
+            "spec": {
+                # the stock plugin of this node only, kept off split nodes as gpusplit's exclusion does
+                "nodeSelector": {"kubernetes.io/hostname": NODE},
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "gpusplit.io/split", "operator": "NotIn", "values": ["true"]}
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                },
+                "tolerations": [{"operator": "Exists"}],
+                "containers": [
+                    {"name": "nvidia-device-plugin-ctr", "image": "nvcr.io/nvidia/k8s-device-plugin:v0.17.0"}
+                ],
+            },
+        },
+    },
+}
+
+
+def stock_pods(kubectl) -> list:
+    return [
+        p
+        for p in kubectl.json("-n", "kube-system", "get", "pods", "-l", "app=unsplit-stock-plugin")["items"]
+        if p["spec"].get("nodeName") == NODE and p["status"].get("phase") == "Running"
+    ]
+
+
+@pytest.fixture
+def split_node(lab, kubectl):
+    """lab-dgx-01 split as the inventory says (2 GPUs to the host, 6 to Kubernetes) from a pristine host;
+    yields the host's files as they were before the split. Afterwards: split again, host and stock plugin reset."""
+    kubectl("delete", "daemonset", "-n", "kube-system", "unsplit-stock-plugin", "--wait=true", check=False)
+    pristine_host()
+    before = host_files()
+    run("site.yml")
+    assert allocatable(kubectl) == 6 or kubectl.wait_for(lambda: allocatable(kubectl) == 6, what="6 GPUs")
+    try:
+        yield before
+    finally:
+        kubectl(
+            "delete", "daemonset", "-n", "kube-system", "unsplit-stock-plugin", "--wait=true", check=False
+        )
+        pristine_host()
+        run("site.yml", "-e", "gpusplit_resplit_policy=evict")
+
+
+def test_a_missing_or_unknown_target_is_refused_before_anything(lab, kubectl):
+    proc = run("unsplit.yml", ok=False)
+    assert "gpusplit_unsplit_to is required" in proc.stdout
+    assert "Discover" not in proc.stdout.split("gpusplit_unsplit_to is required", 1)[0].split("PLAY [")[-1]
+    assert (
+        "gpusplit_unsplit_to: 'somewhere'"
+        in run("unsplit.yml", "-e", "gpusplit_unsplit_to=somewhere", ok=False).stdout
+    )
+
+
+def test_to_kubernetes_without_a_stock_plugin_is_refused_and_nothing_changes(split_node, kubectl):
+    files = host_files()
+    proc = run("unsplit.yml", "-e", "gpusplit_unsplit_to=kubernetes", ok=False)
+    assert "gpusplit_unsplit_plugin=none" in proc.stdout and "Nothing was changed" in proc.stdout
+    assert split_daemonsets(kubectl) and gpusplit_labels(kubectl)["gpusplit.io/split"] == "true"
+    assert host_files() == files
+
+
+def test_to_kubernetes_hands_over_to_the_stock_plugin_without_a_gap(split_node, kubectl):
+    kubectl("apply", "-f", "-", stdin=json.dumps(STOCK))
+    assert not stock_pods(kubectl)  # kept off the split node
+    check = run("unsplit.yml", "-e", "gpusplit_unsplit_to=kubernetes", "--check")
+    assert "every healthy GPU (8) back to kube-system/unsplit-stock-plugin" in check.stdout
+    assert "the stock plugin registers before the split plugin goes" in check.stdout
+    assert split_daemonsets(kubectl) and allocatable(kubectl) == 6
+
+    seen, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.append(allocatable(kubectl))
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        run("unsplit.yml", "-e", "gpusplit_unsplit_to=kubernetes")
+    finally:
+        stop.set()
+        watcher.join()
+    assert min(seen) >= 6, f"allocatable dropped below the Kubernetes share it had: {seen}"
+    assert allocatable(kubectl) == 8
+    assert stock_pods(kubectl) and not split_daemonsets(kubectl) and gpusplit_labels(kubectl) == {}
+    # byte-identical: config.toml put back from gpusplit's backup, its env file and record gone; the backup stays
+    assert host_files() == split_node
+    assert any(name.endswith(".bak") for name in host_files(backups=True))
+    # a re-run changes nothing on the host or in the cluster; it writes out/resplit-diff.json once more, which
+    # now says that nothing moves; the run after it is changed=0
+    again = run("unsplit.yml", "-e", "gpusplit_unsplit_to=kubernetes")
+    assert changed_tasks(again) <= {"gpusplit.k8s.gpu_resplit : Write the plan diff (on the controller)"}
+    assert changed(run("unsplit.yml", "-e", "gpusplit_unsplit_to=kubernetes")) == {NODE: 0, "localhost": 0}
+
+
+def test_to_host_refuses_under_refuse_and_evicts_exactly_the_pod_under_evict(split_node, kubectl):
+    ns = f"unsplit-{uuid.uuid4().hex[:6]}"
+    kubectl.namespace(ns)
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "train-0", "namespace": ns},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "containers": [{"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+    }
+    other = {
+        **pod,
+        "metadata": {"name": "cpu-0", "namespace": ns},
+        "spec": {**pod["spec"], "containers": [{"name": "c", "image": "busybox"}]},
+    }
+    try:
+        for obj in (pod, other):
+            kubectl("apply", "-f", "-", stdin=json.dumps(obj))
+        kubectl.wait_for(
+            lambda: kubectl.json("-n", ns, "get", "pod", "train-0")["status"].get("phase") == "Running",
+            timeout=90,
+            what="the GPU pod running",
+        )
+        files = host_files()
+        refused = run("unsplit.yml", "-e", "gpusplit_unsplit_to=host", ok=False)
+        assert f"{ns}/train-0 holds GPU" in refused.stdout and "Nothing was changed" in refused.stdout
+        assert split_daemonsets(kubectl) and allocatable(kubectl) == 6 and host_files() == files
+
+        run("unsplit.yml", "-e", "gpusplit_unsplit_to=host", "-e", "gpusplit_resplit_policy=evict")
+        left = {p["metadata"]["name"] for p in kubectl.json("-n", ns, "get", "pods")["items"]}
+        assert left == {"cpu-0"}
+        assert allocatable(kubectl) == 0 and not split_daemonsets(kubectl)
+        # the label that keeps other device plugins off stays; gpusplit's other labels go
+        assert gpusplit_labels(kubectl) == {"gpusplit.io/split": "true"}
+        assert host_files() == split_node
+        out = json.loads((C.OUT / "resplit-diff.json").read_text())
+        assert out["holders"] == [] or all(h["name"] == "train-0" for h in out["holders"])
+    finally:
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def test_keep_leaves_the_hardening_and_says_so(split_node, kubectl):
+    hardened = host_files()["nvidia-container-runtime/config.toml"]
+    proc = run("unsplit.yml", "-e", "gpusplit_unsplit_to=host", "-e", "gpusplit_unsplit_host_files=keep")
+    assert "hardening stays (gpusplit_unsplit_host_files=keep)" in " ".join(proc.stdout.split())
+    files = host_files()
+    assert files["nvidia-container-runtime/config.toml"] == hardened
+    assert "gpusplit/host-gpus.env" not in files and "gpusplit/host-state.json" in files
