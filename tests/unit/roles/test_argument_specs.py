@@ -36,6 +36,8 @@ def errors(role: str, values: dict, entry: str = "main") -> str:
 def test_every_spec_loads_into_the_validator(role):
     doc = yaml.safe_load((ROLES / role / "meta" / "argument_specs.yml").read_text())
     for entry, body in doc["argument_specs"].items():
+        if not body:
+            continue  # an empty entry point: checked once for the play by another one (test_entry_points.py)
         ArgumentSpecValidator(body.get("options") or {})  # raises on a malformed spec
         assert body.get("short_description"), (role, entry)
 
