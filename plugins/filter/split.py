@@ -30,8 +30,9 @@ def node_plan(facts, host, mode, split=None, mig_strategy="none", exclude_unheal
 
 
 def fleet_plan(hosts):
-    """The split plan of every host: {host: {facts, mode, split, ...}} -> {nodes, summary, warnings}."""
-    return planner.plan_fleet(hosts)
+    """The split plan of every host: {host: {facts, mode, split, ...}} -> {nodes, summary, warnings}. Hosts that
+    report the same GPU UUID (one machine in the inventory twice) are refused with the rest."""
+    return planner.plan_fleet(hosts, distinct_gpus=True)
 
 
 def plan_table(plan):

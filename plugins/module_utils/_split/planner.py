@@ -21,12 +21,14 @@ from __future__ import annotations
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import dns_subdomain_problem
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.fleet_identity import shared_gpu_problems
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.gc_pause import gc_paused
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.inputs import (
     MAX_LISTED,
     fmt_list,
     read_facts,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.mig_geometry import read_mig_geometry
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import SHARE_NONE, get_mode
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.selectors import (
     product_matches,
@@ -35,7 +37,16 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._split.selectors impo
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.sharing import apply_to_plan, read_sharing
 
 MIG_STRATEGIES = ("none", "single", "mixed")
-FLEET_ENTRY_KEYS = ("facts", "mode", "split", "mig_strategy", "exclude_unhealthy", "node_name", "sharing")
+FLEET_ENTRY_KEYS = (
+    "facts",
+    "mode",
+    "split",
+    "mig_strategy",
+    "exclude_unhealthy",
+    "node_name",
+    "sharing",
+    "mig_geometry",
+)
 
 GPU_RESOURCE = "nvidia.com/gpu"
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
@@ -343,7 +354,9 @@ def node_name_problem(host, node_name):
     return None
 
 
-def _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name, sharing=None):
+def _plan(
+    host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name, sharing=None, mig_geometry=None
+):
     """Return (plan or None, errors). Never raises for bad input."""
     errors = []
     warnings = []
@@ -401,8 +414,13 @@ def _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name, 
             _check_minor_names(st)
         if errors:
             return None, errors
+    geometry = read_mig_geometry(host, mig_geometry, st, SHARE_KUBERNETES, errors)
+    if errors:
+        return None, errors
     _final_warnings(st)
-    return apply_to_plan(_assemble(st, node), shared), []
+    plan = apply_to_plan(_assemble(st, node), shared)
+    plan["mig_geometry"] = geometry
+    return plan, []
 
 
 def _empty_plan(host, node, mode, mig_strategy):
@@ -426,6 +444,7 @@ def _empty_plan(host, node, mode, mig_strategy):
         "dra_devices": [],
         "dra_excluded_devices": [],
         "sharing": None,
+        "mig_geometry": None,
         "warnings": [],
         "gpus": [],
     }
@@ -505,20 +524,33 @@ def _assemble(st, node):
 
 
 def plan_node(
-    host, facts, mode, split, mig_strategy="none", exclude_unhealthy=True, node_name=None, sharing=None
+    host,
+    facts,
+    mode,
+    split,
+    mig_strategy="none",
+    exclude_unhealthy=True,
+    node_name=None,
+    sharing=None,
+    mig_geometry=None,
 ):
     """Plan one host. Raises PlanError with every refusal for this host."""
-    plan, errors = _plan(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name, sharing)
+    plan, errors = _plan(
+        host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name, sharing, mig_geometry
+    )
     if errors:
         raise PlanError(errors)
     return plan
 
 
 @gc_paused
-def plan_fleet(hosts):
+def plan_fleet(hosts, distinct_gpus=False):
     """Plan every host; collect the refusals of all hosts before raising one PlanError.
 
-    ``hosts``: {host: {facts, mode, split, mig_strategy?, exclude_unhealthy?, node_name?, sharing?}}.
+    ``hosts``: {host: {facts, mode, split, mig_strategy?, exclude_unhealthy?, node_name?, sharing?,
+    mig_geometry?}}.
+    ``distinct_gpus``: also refuse hosts that report the same GPU UUID (_split/fleet_identity.py); the
+    fleet planner of the playbooks (filter fleet_plan) always does, on the inventory's discovered GPUs.
     Returns {"nodes": {host: node plan} (sorted by host), "summary": {...}, "warnings": [...]}.
     """
     if not isinstance(hosts, dict):
@@ -545,6 +577,7 @@ def plan_fleet(hosts):
             entry.get("exclude_unhealthy", True),
             entry.get("node_name"),
             entry.get("sharing"),
+            entry.get("mig_geometry"),
         )
         if errs:
             errors.extend(errs)
@@ -558,6 +591,8 @@ def plan_fleet(hosts):
             errors.append(
                 f"{owner_hosts[0]}: node name {node!r} is also used by {', '.join(owner_hosts[1:])}"
             )
+    if distinct_gpus:
+        errors.extend(shared_gpu_problems(nodes))
     if errors:
         raise PlanError(errors)
     return {"nodes": nodes, "summary": fleet_summary(nodes), "warnings": fleet_warnings(nodes)}
