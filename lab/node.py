@@ -514,6 +514,57 @@ def write_kubelet_kubeconfig() -> None:
     )
 
 
+# The NVIDIA container runtime (the `nvidia` runtime handler): the toolkit's generated config.toml,
+# in legacy mode (its hook), with runc below it and the nvidia-container-cli stand-in
+# (tests/fakes/bin/nvidia-container-cli, resolving against the node's GPU fixture and recording each
+# call in CLI_RECORD) in place of the driver's program.
+NODE_FIXTURE = C.ROOT / "tests" / "fixtures" / "gpus" / "l40s-pair.json"
+NVIDIA_CONFIG = STATE / "nvidia-container-runtime.toml"
+CLI_RECORD = STATE / "nvidia-container-cli.jsonl"
+CLI_WRAPPER = STATE / "nvidia-container-cli"
+HOOK_WRAPPER = STATE / "nvidia-container-runtime-hook"
+
+
+def write_nvidia_config(extra: dict[str, str] | None = None) -> Path:
+    """The NVIDIA runtime's config.toml, set with the toolkit's own `nvidia-ctk config --set`
+    (``extra``: more settings, such as gpusplit's hardening). Returns its path."""
+    STATE.mkdir(parents=True, exist_ok=True)
+    # an OCI hook runs with no environment: the stand-in's is set by this wrapper
+    CLI_WRAPPER.write_text(
+        "#!/bin/sh\n"
+        f"export PATH=/usr/bin:/bin GPUSPLIT_FAKE_CLI_RECORD='{CLI_RECORD}' GPUSPLIT_FAKE_NVML_FIXTURE='{NODE_FIXTURE}'\n"
+        f"exec '{C.ROOT / 'tests' / 'fakes' / 'bin' / 'nvidia-container-cli'}' \"$@\"\n"
+    )
+    CLI_WRAPPER.chmod(0o755)
+    # and the hook finds its config.toml through this one, as the GPU Operator's installer wraps it
+    HOOK_WRAPPER.write_text(
+        "#!/bin/sh\n"
+        f"export NVIDIA_CTK_CONFIG_FILE_PATH='{NVIDIA_CONFIG}'\n"
+        f"exec '{C.BIN / 'nvidia-container-runtime-hook'}' \"$@\"\n"
+    )
+    HOOK_WRAPPER.chmod(0o755)
+    base = STATE / "nvidia-container-runtime.default.toml"
+    proc = subprocess.run([str(C.BIN / "nvidia-ctk"), "config", "default"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise NodeError(f"nvidia-ctk config default failed: {proc.stderr.strip()}")
+    base.write_text(proc.stdout)
+    settings = {
+        "nvidia-container-cli.path": str(CLI_WRAPPER),
+        "nvidia-container-runtime.runtimes": str(C.BIN / "runc"),
+        "nvidia-container-runtime.mode": "legacy",
+        "nvidia-container-runtime.debug": str(C.LOGS / "nvidia-container-runtime.log"),
+        "nvidia-container-runtime-hook.path": str(HOOK_WRAPPER),
+        **(extra or {}),
+    }
+    argv = [str(C.BIN / "nvidia-ctk"), "config", "--config-file", str(base), "--output", str(NVIDIA_CONFIG)]
+    for key, value in settings.items():
+        argv += ["--set", f"{key}={value}"]
+    proc = subprocess.run(argv, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise NodeError(f"nvidia-ctk config --set failed: {proc.stderr.strip()}")
+    return NVIDIA_CONFIG
+
+
 def write_config() -> None:
     STATE.mkdir(parents=True, exist_ok=True)
     for d in (KUBELET_DIR, POD_LOGS, CONTAINERD_ROOT, CONTAINERD_STATE, CNI_CONF_DIR, CNI_DATA, *CDI_DIRS):
@@ -522,6 +573,8 @@ def write_config() -> None:
     (CNI_CONF_DIR / "10-gpusplit-lab.conflist").write_text(json.dumps(cni_config(), indent=1) + "\n")
     (STATE / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(), sort_keys=False))
     write_kubelet_kubeconfig()
+    if not NVIDIA_CONFIG.exists():  # kept when a test changed it (gpusplit's hardening)
+        write_nvidia_config()
 
 
 # --------------------------------------------------------------------------- processes
@@ -593,6 +646,7 @@ def child_env() -> dict[str, str]:
     """containerd finds its shim, and the shim runc, on PATH: the lab's binaries first."""
     env = dict(os.environ)
     env["PATH"] = f"{C.BIN}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+    env["NVIDIA_CTK_CONFIG_FILE_PATH"] = str(NVIDIA_CONFIG)  # the nvidia runtime handler's
     return env
 
 

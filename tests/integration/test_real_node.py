@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from ansible_output import ansible_module
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toolkit_config as tc
 from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import pod_resources as pr
 from lab import components as C
 from lab import lab as labctl
@@ -241,6 +242,129 @@ def test_the_lab_device_plugin_registers_with_the_real_kubelet_which_allocates_i
     finally:
         kubectl("-n", ns, "delete", "pod", "--all", "--wait=true", "--timeout=60s", check=False)
         exposed.unlink(missing_ok=True)
+
+
+def start_plugin(kubectl, ns: str, strategy: str, given: list[str]) -> Path:
+    """The lab's device plugin on the real node, given ``given``; waits until the kubelet advertises them."""
+    exposed = node.ROOTDIR / "etc" / "gpusplit-lab" / f"exposed-{ns}"
+    exposed.parent.mkdir(parents=True, exist_ok=True)
+    exposed.write_text("".join(f"{u}\n" for u in given))
+    kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(plugin_pod(strategy, exposed)))
+    kubectl.wait_for(
+        lambda: "registered nvidia.com/gpu" in kubectl("-n", ns, "logs", "device-plugin", check=False).stdout,
+        timeout=90,
+        what="the plugin to register with the real kubelet",
+    )
+    kubectl.wait_for(
+        lambda: (
+            kubectl.json("get", "node", node.NAME)["status"]["allocatable"].get("nvidia.com/gpu")
+            == str(len(given))
+        ),
+        timeout=90,
+        what=f"the real kubelet to advertise the {len(given)} GPU(s) the plugin was given",
+    )
+    return exposed
+
+
+def cli_records() -> list[dict]:
+    path = node.CLI_RECORD
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_gpu_pod_starts_through_the_nvidia_runtime_and_its_hook_with_the_uuid_the_kubelet_allocated(
+    real_node, kubectl, ns
+):
+    """containerd -> the NVIDIA container runtime (the `nvidia` handler) -> runc with the toolkit's
+    hook -> the nvidia-container-cli stand-in, which records the devices it was asked for."""
+    gpus = json.loads(FIXTURE.read_text())["gpus"]
+    kubectl(
+        "apply",
+        "-f",
+        "-",
+        stdin=json.dumps(
+            {
+                "apiVersion": "node.k8s.io/v1",
+                "kind": "RuntimeClass",
+                "metadata": {"name": "nvidia"},
+                "handler": "nvidia",
+            }
+        ),
+    )
+    exposed = start_plugin(kubectl, ns, "envvar", [g["uuid"] for g in gpus])
+    try:
+        before = len(cli_records())
+        pod = workload_pod("cuda", {}, wait=True)
+        pod["spec"]["runtimeClassName"] = "nvidia"
+        pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+        kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pod))
+        kubectl.wait_for(
+            lambda: kubectl.json("-n", ns, "get", "pod", "cuda")["status"].get("phase") == "Running",
+            timeout=120,
+            what="the GPU pod to start through the NVIDIA runtime",
+        )
+        answer = pr.read_pod_resources(str(node.POD_RESOURCES_SOCKET))
+        allocated = [
+            d
+            for p in answer["pods"]
+            if (p["namespace"], p["name"]) == (ns, "cuda")
+            for c in p["containers"]
+            for dev in c["devices"]
+            for d in dev["device_ids"]
+        ]
+        assert len(allocated) == 1, answer
+        calls = cli_records()[before:]
+        assert [c["devices"] for c in calls] == [allocated], calls
+        assert calls[0]["command"] == "configure" and calls[0]["all"] is False
+    finally:
+        kubectl("-n", ns, "delete", "pod", "--all", "--wait=true", "--timeout=60s", check=False)
+        exposed.unlink(missing_ok=True)
+
+
+def runtime_class(kubectl) -> None:
+    body = {
+        "apiVersion": "node.k8s.io/v1",
+        "kind": "RuntimeClass",
+        "metadata": {"name": "nvidia"},
+        "handler": "nvidia",
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(body))
+
+
+@pytest.mark.parametrize("hardened", [False, True], ids=["stock", "hardened"])
+def test_a_pod_asking_for_host_gpus_in_its_env_gets_none_once_gpusplit_hardened_the_runtime(
+    real_node, kubectl, ns, hardened
+):
+    """No GPU asked of the kubelet, NVIDIA_VISIBLE_DEVICES=all or a host GPU's UUID in the pod's env:
+    with the toolkit's stock config.toml the hook hands the stand-in those GPUs (the negative control);
+    with gpusplit's edit of it (tc.HARDENING_SETTINGS) it hands it none."""
+    gpus = json.loads(FIXTURE.read_text())["gpus"]
+    runtime_class(kubectl)
+    node.write_nvidia_config()
+    if hardened:
+        text = node.NVIDIA_CONFIG.read_text()
+        node.NVIDIA_CONFIG.write_text(tc.edit_config(text, tc.HARDENING_SETTINGS, name="config.toml")["text"])
+    try:
+        before = len(cli_records())
+        asks = {"all": "all", "host-uuid": gpus[0]["uuid"]}
+        for name, value in asks.items():
+            pod = workload_pod(name, {"NVIDIA_VISIBLE_DEVICES": value})
+            pod["spec"]["runtimeClassName"] = "nvidia"
+            kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pod))
+        for name in asks:
+            kubectl.wait_for(
+                lambda name=name: (
+                    kubectl.json("-n", ns, "get", "pod", name)["status"].get("phase") == "Succeeded"
+                ),
+                timeout=120,
+                what=f"the pod {name} to run through the NVIDIA runtime and finish",
+            )
+        got = sorted((c["all"], tuple(c["devices"])) for c in cli_records()[before:])
+        if hardened:
+            assert got == [], got
+        else:
+            assert got == sorted([(True, tuple(g["uuid"] for g in gpus)), (False, (gpus[0]["uuid"],))]), got
+    finally:
+        node.write_nvidia_config()  # the stock plumbing again
 
 
 def test_zz_lab_down_leaves_nothing_of_the_real_node_and_up_brings_it_back(real_node):
