@@ -111,6 +111,7 @@ def test_plan_schema_keys():
         "dra_devices",
         "dra_excluded_devices",
         "sharing",
+        "mig_geometry",
         "warnings",
         "gpus",
     }
