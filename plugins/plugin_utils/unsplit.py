@@ -249,13 +249,15 @@ def cluster_plan(plan, to, nodes, daemonsets, plugin="stock", field_manager="gpu
             )
         out["nodes"].append(entry)
     values = ",".join(sorted(label_value(n) for n in names))
+    # the split DaemonSets, and the config files of those that share their GPUs (docs/sharing.md)
     out["prune"] = (
         [
             {
-                "api_version": "apps/v1",
-                "kind": "DaemonSet",
+                "api_version": api_version,
+                "kind": kind,
                 "label_selector": f"{PLUGIN_SELECTOR},{render.LABEL_NODE} in ({values})",
             }
+            for api_version, kind in (("apps/v1", "DaemonSet"), ("v1", "ConfigMap"))
         ]
         if names
         else []
