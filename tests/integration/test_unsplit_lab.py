@@ -219,6 +219,49 @@ def test_to_kubernetes_hands_over_to_the_stock_plugin_without_a_gap(split_node, 
     assert changed(run("unsplit.yml", "-e", "gpusplit_unsplit_to=kubernetes")) == {NODE: 0, "localhost": 0}
 
 
+def kubelet_version(kubectl, version: str):
+    """The node's reported kubelet version (kwok posts its own again at the node's next full status)."""
+    kubectl(
+        "patch",
+        "node",
+        NODE,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"nodeInfo": {"kubeletVersion": version}}}),
+    )
+
+
+def test_to_kubernetes_on_an_older_kubelet_the_split_plugin_goes_first_and_the_gap_is_reported(
+    split_node, kubectl
+):
+    kubectl("apply", "-f", "-", stdin=json.dumps(STOCK))
+    reported = node(kubectl)["status"]["nodeInfo"]["kubeletVersion"]
+    kubelet_version(kubectl, "v1.36.3-lab")
+    seen, stop = [], threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.append((allocatable(kubectl), bool(split_daemonsets(kubectl)), bool(stock_pods(kubectl))))
+            time.sleep(0.3)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        proc = run("unsplit.yml", "-e", "gpusplit_unsplit_to=kubernetes")
+    finally:
+        stop.set()
+        watcher.join()
+        kubelet_version(kubectl, reported)
+    text = " ".join(proc.stdout.split())
+    assert "the split plugin goes first, the gap until the stock plugin registers is measured" in text
+    assert re.search(r"gap on lab-dgx-01 .*about [0-9.]+s until the stock plugin advertised the GPUs", text)
+    # never two plugins on the node at once: the stock plugin's pod ran only after the split DaemonSet was gone
+    assert not any(split and stock for _, split, stock in seen), seen
+    assert allocatable(kubectl) == 8 and stock_pods(kubectl) and gpusplit_labels(kubectl) == {}
+    assert host_files() == split_node
+
+
 def test_to_host_refuses_under_refuse_and_evicts_exactly_the_pod_under_evict(split_node, kubectl):
     ns = f"unsplit-{uuid.uuid4().hex[:6]}"
     kubectl.namespace(ns)
