@@ -1,6 +1,6 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""One machine, one inventory host: GPU UUIDs checked across the hosts of a fleet plan.
+"""Node names and GPU UUIDs checked across a fleet plan: one machine, one inventory host. Private to the collection.
 
 A GPU's UUID is its own (NVML reads it from the board), so two inventory hosts that report one UUID are one
 machine under two names (``gpu1`` and ``gpu1.example.com``), or hosts whose GPU facts were copied from
@@ -10,6 +10,18 @@ another. Planned twice, each name would get its own, contradicting plan for the 
 from __future__ import annotations
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import normalize_uuid
+
+
+def shared_node_names(nodes):
+    """One refusal per Kubernetes node name that more than one host of ``nodes`` ({host: node plan}) plans."""
+    owners = {}
+    for host, plan in nodes.items():
+        owners.setdefault(plan["node"], []).append(host)
+    return [
+        f"{hosts[0]}: node name {node!r} is also used by {', '.join(hosts[1:])}"
+        for node, hosts in sorted(owners.items())
+        if len(hosts) > 1
+    ]
 
 
 def shared_gpu_problems(nodes):

@@ -21,7 +21,10 @@ from __future__ import annotations
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import dns_subdomain_problem
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split.fleet_identity import shared_gpu_problems
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.fleet_identity import (
+    shared_gpu_problems,
+    shared_node_names,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.gc_pause import gc_paused
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.inputs import (
     MAX_LISTED,
@@ -583,14 +586,7 @@ def plan_fleet(hosts, distinct_gpus=False):
             errors.extend(errs)
         else:
             nodes[str(host)] = plan
-    owners = {}
-    for host, plan in nodes.items():
-        owners.setdefault(plan["node"], []).append(host)
-    for node, owner_hosts in sorted(owners.items()):
-        if len(owner_hosts) > 1:
-            errors.append(
-                f"{owner_hosts[0]}: node name {node!r} is also used by {', '.join(owner_hosts[1:])}"
-            )
+    errors.extend(shared_node_names(nodes))
     if distinct_gpus:
         errors.extend(shared_gpu_problems(nodes))
     if errors:
