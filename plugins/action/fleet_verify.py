@@ -6,8 +6,9 @@ The module compares every node with its plan and every host's GPU processes with
 arguments were the whole fleet plan and every host's whole GPU facts: at fleet size most of the module's
 cost was carrying them (templated, serialized into the module's payload, parsed and checked again by the
 module). Here, on the controller, they are cut to what the comparison reads (module_utils/_split/verify.py,
-``verify_inputs``) before the module runs where the task says. The module and its documentation:
-plugins/modules/fleet_verify.py.
+``verify_inputs``) before the module runs where the task says. The report gets ``plan_digest``, the digest of
+the whole plan it verified (plugin_utils/output_digest.py), which ties out/fleet-report.json to
+out/fleet-plan.json by content. The module and its documentation: plugins/modules/fleet_verify.py.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 from ansible.plugins.action import ActionBase
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.verify import verify_inputs
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.output_digest import json_digest
 
 
 class ActionModule(ActionBase):
@@ -29,4 +31,6 @@ class ActionModule(ActionBase):
         # only what was given: a missing plan is still the module's own refusal
         args.update({key: value for key, value in (("plan", plan), ("facts", facts)) if key in args})
         result.update(self._execute_module(module_args=args, task_vars=task_vars))
+        if isinstance(result.get("report"), dict) and isinstance(self._task.args.get("plan"), dict):
+            result["report"]["plan_digest"] = json_digest(self._task.args["plan"])
         return result

@@ -66,6 +66,9 @@ report:
     - C(allocatable) / C(expected_allocatable) are the node's and the plan's C(nvidia.com/gpu);
       C(resources) / C(expected_resources) hold every GPU resource (C(nvidia.com/gpu) and, under
       mig_strategy mixed, each C(nvidia.com/mig-<profile>)). Each of them is compared.
+    - C(plan_digest) is the digest of the whole O(plan) it verified (C(sha256:) and the hex digest of its
+      canonical JSON, added on the controller), which ties out/fleet-report.json to out/fleet-plan.json by
+      content (playbooks/diagnose.yml).
   returned: always
   type: dict
 waited_seconds:

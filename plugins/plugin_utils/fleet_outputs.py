@@ -6,55 +6,98 @@
 with the verify outputs drawn from it, when it refuses), the gpu_verify role fleet-report.json and
 fleet.svg. A later reader (``playbooks/diagnose.yml``) must not combine a plan with GPUs
 discovered after it, or a report with a plan other than the one it verified.
-:func:`stale_reason` says why, from the files' modification times.
+:func:`stale_reason` says why, from the files' content: the report carries the digest of the plan it
+verified (``plan_digest``), and the plan lists the GPUs of every planned host. File times are not read:
+a file whose content did not change is not rewritten, so its time says nothing about the run it belongs to.
 """
 
 from __future__ import annotations
 
-import datetime
+import json
+import os
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.output_digest import json_digest
 
 GPUS, PLAN, REPORT = "gpus.json", "fleet-plan.json", "fleet-report.json"
 AGAIN = "run playbooks/verify.yml again (it discovers, plans and verifies)"
 
 
-def _when(mtime):
-    return datetime.datetime.fromtimestamp(mtime, datetime.UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+class _Unreadable(Exception):
+    pass
 
 
-def mtimes_of(stat_results):
-    """{file name: mtime or None} from the results of ``ansible.builtin.stat`` looped over file names."""
-    if not isinstance(stat_results, list):
-        raise GpusplitError(f"expected the results of a stat loop (a list), got {type_name(stat_results)}")
+def read_outputs(out_dir):
+    """{file name: its JSON data, or None when absent} for gpus.json, fleet-plan.json and fleet-report.json in
+    ``out_dir``, and the reason one of them cannot be read ("" when all can)."""
     out = {}
-    for i, result in enumerate(stat_results):
-        stat = result.get("stat") if isinstance(result, dict) else None
-        item = result.get("item") if isinstance(result, dict) else None
-        if not isinstance(item, str) or not isinstance(stat, dict):
-            raise GpusplitError(
-                f"[{i}]: expected a stat result with item (the file name) and stat, got {type_name(result)}"
-            )
-        out[item.rsplit("/", 1)[-1]] = stat.get("mtime") if stat.get("exists") else None
+    for name in (GPUS, PLAN, REPORT):
+        path = os.path.join(out_dir, name)
+        try:
+            with open(path, encoding="utf-8") as handle:
+                out[name] = json.load(handle)
+        except FileNotFoundError:
+            out[name] = None
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            return out, f"{name} cannot be read as JSON ({type(exc).__name__}: {exc}); {AGAIN}"
+    return out, ""
+
+
+def _planned_gpus(plan):
+    """{host: {uuid: health}} of every planned host, or None when the plan has no such shape."""
+    nodes = plan.get("nodes") if isinstance(plan, dict) else None
+    if not isinstance(nodes, dict):
+        return None
+    out = {}
+    for host, node in nodes.items():
+        gpus = node.get("gpus") if isinstance(node, dict) else None
+        if not isinstance(gpus, list):
+            return None
+        out[host] = {g.get("uuid"): g.get("health") for g in gpus if isinstance(g, dict)}
     return out
 
 
-def stale_reason(mtimes):
+def _discovered_gpus(report):
+    """{uuid: health status} of one host's entry in gpus.json, or None when it has no GPU list."""
+    gpus = report.get("gpus") if isinstance(report, dict) else None
+    if not isinstance(gpus, list):
+        return None
+    out = {}
+    for g in gpus:
+        if isinstance(g, dict):
+            health = g.get("health")
+            out[g.get("uuid")] = health.get("status") if isinstance(health, dict) else health
+    return out
+
+
+def _gpus_differ(gpus, plan):
+    """The planned hosts whose GPUs (UUIDs and health) in ``gpus`` (gpus.json) are not those of the plan."""
+    planned = _planned_gpus(plan)
+    if planned is None or not isinstance(gpus, dict):
+        return ["(the plan or gpus.json has no GPU list)"]
+    return sorted(host for host, want in planned.items() if _discovered_gpus(gpus.get(host)) != want)
+
+
+def stale_reason(outputs):
     """Why the fleet plan and report in out/ may not be read together, or "" when they may.
 
-    ``mtimes``: {file name: modification time (seconds) or None when absent} for gpus.json,
-    fleet-plan.json and fleet-report.json.
+    ``outputs``: {file name: JSON data or None when absent} for gpus.json, fleet-plan.json and
+    fleet-report.json (:func:`read_outputs`).
     """
-    gpus, plan, report = (mtimes.get(name) for name in (GPUS, PLAN, REPORT))
+    gpus, plan, report = (outputs.get(name) for name in (GPUS, PLAN, REPORT))
     if plan is None:
         return f"there is no {PLAN} (a refused plan removes it); {AGAIN}"
     if report is None:
         return f"there is no {REPORT}; {AGAIN}"
-    if gpus is not None and gpus > plan:
-        return (
-            f"{PLAN} ({_when(plan)}) is older than {GPUS} ({_when(gpus)}): the GPUs were discovered again "
-            f"after the plan was made (or a later plan did not finish); {AGAIN}"
-        )
-    if report < plan:
-        return f"{REPORT} ({_when(report)}) is older than {PLAN} ({_when(plan)}): it verified an earlier plan; {AGAIN}"
+    if gpus is not None:
+        hosts = _gpus_differ(gpus, plan)
+        if hosts:
+            return (
+                f"{PLAN} was made for other GPUs than {GPUS} lists ({', '.join(hosts)}): the GPUs were "
+                f"discovered again after the plan was made (or a later plan did not finish); {AGAIN}"
+            )
+    verified = report.get("plan_digest") if isinstance(report, dict) else None
+    if not verified:
+        return f"{REPORT} does not say which plan it verified (no plan_digest); {AGAIN}"
+    if verified != json_digest(plan):
+        return f"{REPORT} verified another plan than {PLAN} (plan_digest {verified}, the plan's {json_digest(plan)}); {AGAIN}"
     return ""

@@ -7,7 +7,7 @@ Private to the collection.
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._steps.registry import (
     list_input,
     mapping_input,
@@ -146,8 +146,13 @@ def isolation_replan(inputs, context):
 
 @step
 def fleet_outputs_stale(inputs, context):
-    """``reason``: why out/fleet-plan.json and out/fleet-report.json may not be read together ("" when they may).
+    """``reason``: why out/fleet-plan.json and out/fleet-report.json may not be read together ("" when they may),
+    decided by their content (the report's plan_digest, the plan's GPUs against gpus.json), never by file times.
 
-    inputs: stats (the results of a looped ansible.builtin.stat of gpus.json, fleet-plan.json, fleet-report.json).
+    inputs: dir (the output folder on the controller, where this step runs).
     """
-    return {"reason": fleet_outputs.stale_reason(fleet_outputs.mtimes_of(inputs.get("stats")))}
+    out_dir = inputs.get("dir")
+    if not isinstance(out_dir, str) or not out_dir:
+        raise GpusplitError(f"dir: expected the output folder (a path), got {type_name(out_dir)}")
+    outputs, unreadable = fleet_outputs.read_outputs(out_dir)
+    return {"reason": unreadable or fleet_outputs.stale_reason(outputs)}
