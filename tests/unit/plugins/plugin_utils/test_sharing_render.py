@@ -139,7 +139,8 @@ def test_a_node_without_sharing_mounts_nothing():
     assert "CONFIG_FILE" not in {e["name"] for e in container["env"]}
     assert [v["name"] for v in ds["spec"]["template"]["spec"]["volumes"]] == ["kubelet-device-plugins-dir"]
     assert "gpusplit.io/plugin-config-sha256" not in ds["spec"]["template"]["metadata"]["annotations"]
-    assert ds["metadata"]["annotations"]["gpusplit.io/sharing"] == "none"
+    assert "gpusplit.io/sharing" not in ds["metadata"]["annotations"]
+    assert "gpusplit.io/sharing" not in ds["spec"]["template"]["metadata"]["annotations"]
     assert sharing_render.plugin_config(plan["nodes"]["plain"]) is None
 
 
