@@ -57,6 +57,11 @@ POD_LOGS = ROOTDIR / "var" / "log" / "pods"
 CONTAINERD_ROOT = ROOTDIR / "var" / "lib" / "containerd"
 CONTAINERD_STATE = ROOTDIR / "run" / "containerd"
 CONTAINERD_SOCKET = CONTAINERD_STATE / "containerd.sock"
+# the same dirs as the kubelet and containerd see them, in the node's mount namespace (FIXED_PATHS): short
+# socket paths, however long the lab's path is
+NS_KUBELET_DIR = Path("/var/lib/kubelet")
+NS_POD_LOGS = Path("/var/log/pods")
+NS_CONTAINERD_SOCKET = Path("/run/containerd/containerd.sock")
 CNI_CONF_DIR = ROOTDIR / "etc" / "cni" / "net.d"
 CNI_DATA = ROOTDIR / "var" / "lib" / "cni"
 CDI_DIRS = (ROOTDIR / "etc" / "cdi", ROOTDIR / "var" / "run" / "cdi")
@@ -80,7 +85,6 @@ IMAGES = {
 }
 KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248
-SUN_PATH_MAX = 107
 # what every lab's node needs of this machine (checked by `up`, named in its error)
 CAPABILITIES = {0: "CAP_CHOWN", 12: "CAP_NET_ADMIN", 21: "CAP_SYS_ADMIN", 19: "CAP_SYS_PTRACE"}
 
@@ -144,9 +148,6 @@ def missing() -> list[str]:
         out.append("the overlay filesystem (containerd's overlayfs snapshotter)")
     if not cgroup_mounts():
         out.append("cgroup v1 hierarchies under /sys/fs/cgroup (the kubelet runs with the cgroupfs driver)")
-    for sock in (DEVICE_PLUGIN_SOCKET, POD_RESOURCES_SOCKET, CONTAINERD_SOCKET):
-        if len(os.fsencode(str(sock))) > SUN_PATH_MAX:
-            out.append(f"a shorter path for the lab (GPUSPLIT_LAB_DIR): {sock} is too long for a unix socket")
     for tool, package in (
         ("ip", "iproute2"),
         ("unshare", "util-linux"),
@@ -336,7 +337,7 @@ def oci_archive(name: str, program: Path, entrypoint: list[str]) -> bytes:
 
 def ctr(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(C.BIN / "ctr"), "--address", str(CONTAINERD_SOCKET), "--namespace", K8S_NAMESPACE, *args],
+        [str(C.BIN / "ctr"), "--address", containerd_address(), "--namespace", K8S_NAMESPACE, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -373,9 +374,9 @@ def containerd_config() -> str:
             f"state = '{CONTAINERD_STATE}'",
             f"disabled_plugins = {json.dumps(DISABLED_PLUGINS)}",
             "[grpc]",
-            f"  address = '{CONTAINERD_SOCKET}'",
+            f"  address = '{NS_CONTAINERD_SOCKET}'",
             "[ttrpc]",
-            f"  address = '{CONTAINERD_SOCKET}.ttrpc'",
+            f"  address = '{NS_CONTAINERD_SOCKET}.ttrpc'",
             "[debug]",
             "  level = 'info'",
             "[plugins.'io.containerd.internal.v1.opt']",
@@ -465,14 +466,14 @@ def kubelet_config() -> dict:
             "x509": {"clientCAFile": str(C.PKI / "ca.crt")},
         },
         "authorization": {"mode": "AlwaysAllow"},
-        "containerRuntimeEndpoint": f"unix://{CONTAINERD_SOCKET}",
+        "containerRuntimeEndpoint": f"unix://{NS_CONTAINERD_SOCKET}",
         # cgroup v1 hierarchies, no systemd: the cgroupfs driver, under a cgroup root of this lab's
         "failCgroupV1": False,
         "cgroupDriver": "cgroupfs",
         "cgroupRoot": CGROUP_ROOT,
         "cgroupsPerQOS": True,
         "failSwapOn": False,
-        "podLogsDir": str(POD_LOGS),
+        "podLogsDir": str(NS_POD_LOGS),
         # no filesystem stats for the root device here: nothing may depend on them
         "localStorageCapacityIsolation": False,
         "imageGCHighThresholdPercent": 100,
@@ -586,7 +587,8 @@ def write_config() -> None:
 # own where each is a bind mount of a directory under the node's root, as on a host of its own: the
 # labs' kubelets would otherwise share, and clean out, one device-plugin dir.
 FIXED_PATHS = {
-    Path("/var/lib/kubelet/device-plugins"): KUBELET_DIR / "device-plugins",
+    NS_KUBELET_DIR: KUBELET_DIR,
+    NS_POD_LOGS: POD_LOGS,
     Path("/var/log/containers"): ROOTDIR / "var" / "log" / "containers",
     Path("/run/containerd"): CONTAINERD_STATE,
 }
@@ -614,6 +616,17 @@ def containerd_command() -> list[str]:
     ]
 
 
+MNT_NS = STATE / "mnt-ns"  # the node's mount namespace (as /proc/<pid>/ns/mnt names it), for down
+
+
+def containerd_address() -> str:
+    """containerd's socket as this process reaches it: through containerd's own root, in its namespace."""
+    pid = running("containerd")
+    if pid is None:
+        raise NodeError("containerd does not run")
+    return f"/proc/{pid}/root{NS_CONTAINERD_SOCKET}"
+
+
 def in_node_namespace(argv: list[str]) -> list[str]:
     """argv run in the node's mount namespace (containerd's)."""
     pid = running("containerd")
@@ -632,8 +645,8 @@ def kubelet_command() -> list[str]:
         str(kubelet_binary()),
         f"--config={STATE / 'kubelet.yaml'}",
         f"--kubeconfig={KUBELET_KUBECONFIG}",
-        f"--root-dir={KUBELET_DIR}",
-        f"--cert-dir={KUBELET_DIR / 'pki'}",
+        f"--root-dir={NS_KUBELET_DIR}",
+        f"--cert-dir={NS_KUBELET_DIR / 'pki'}",
         f"--hostname-override={NAME}",
         f"--node-ip={C.HOST}",
         f"--register-with-taints={TAINT}",
@@ -732,7 +745,7 @@ def wait_for(what: str, check, timeout: float, log_name: str) -> None:
 
 
 def containerd_ready() -> bool:
-    if not CONTAINERD_SOCKET.exists():
+    if not CONTAINERD_SOCKET.exists() or running("containerd") is None:
         return False
     with contextlib.suppress(subprocess.TimeoutExpired):
         return ctr("version", timeout=10).returncode == 0
@@ -784,7 +797,7 @@ def _string_field(number: int, value: str) -> bytes:
 def cri_call(method: str, request: bytes, timeout: float = 30) -> bytes:
     import grpc
 
-    with grpc.insecure_channel(f"unix:{CONTAINERD_SOCKET}") as channel:
+    with grpc.insecure_channel(f"unix:{containerd_address()}") as channel:
         call = channel.unary_unary(f"/runtime.v1.RuntimeService/{method}")
         return call(request, timeout=timeout)
 
@@ -865,6 +878,7 @@ def up(timeout: float = 180) -> str:
         spawn("containerd", containerd_command())
         started.append("containerd")
     wait_for("containerd", containerd_ready, 60, "containerd")
+    MNT_NS.write_text(os.readlink(f"/proc/{running('containerd')}/ns/mnt"))
     import_images()
     if not running("kubelet"):
         spawn("kubelet", in_node_namespace(kubelet_command()))
@@ -902,6 +916,7 @@ def down() -> list[str]:
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
         done.append(f"removed the bridge {BRIDGE}")
+    MNT_NS.unlink(missing_ok=True)
     # the sockets of a stopped kubelet and containerd
     for sock in (
         DEVICE_PLUGIN_SOCKET,
@@ -914,17 +929,18 @@ def down() -> list[str]:
 
 
 def leftover_processes() -> list[int]:
-    """The node's processes after containerd stopped: its shims (started with its socket's address)
-    and whatever still runs in its cgroups."""
-    address = os.fsencode(str(CONTAINERD_SOCKET))
+    """The node's processes after containerd stopped: what still runs in its mount namespace (its
+    shims) or in its cgroups (its containers)."""
     pids = set(cgroup_pids())
+    try:
+        ns = MNT_NS.read_text().strip()
+    except OSError:
+        ns = ""
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            argv = (proc / "cmdline").read_bytes().split(b"\0")
-            if argv and argv[0].endswith(b"containerd-shim-runc-v2") and address in argv:
-                pids.add(int(proc.name))
+        if ns and proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                if os.readlink(proc / "ns" / "mnt") == ns:
+                    pids.add(int(proc.name))
     pids.discard(os.getpid())
     return sorted(pids)
 

@@ -85,7 +85,10 @@ def test_the_real_node_joined_the_lab_with_its_sockets_under_its_root_dir(real_n
         assert sock.is_socket(), sock
         assert sock.is_relative_to(C.HOSTS_ROOT / node.NAME / "var/lib/kubelet"), sock
     argv = Path(f"/proc/{real_node['kubelet_pid']}/cmdline").read_bytes().decode().split("\0")
-    assert f"--root-dir={node.KUBELET_DIR}" in argv
+    assert "--root-dir=/var/lib/kubelet" in argv
+    # which, in the node's mount namespace, is the node's own root dir
+    seen = Path(f"/proc/{real_node['kubelet_pid']}/root/var/lib/kubelet").stat()
+    assert (seen.st_dev, seen.st_ino) == (node.KUBELET_DIR.stat().st_dev, node.KUBELET_DIR.stat().st_ino)
     # the images were built here and imported: no registry was reached
     images = node.ctr("images", "ls", "-q").stdout.split()
     assert node.PAUSE_IMAGE in images and node.WORKLOAD_IMAGE in images

@@ -58,7 +58,8 @@ def test_containerd_runs_with_the_settings_this_machine_needs():
     conf = tomllib.loads(node.containerd_config())
     assert conf["version"] == 3
     assert conf["root"] == str(node.CONTAINERD_ROOT) and conf["state"] == str(node.CONTAINERD_STATE)
-    assert conf["grpc"]["address"] == str(node.CONTAINERD_SOCKET)
+    assert conf["grpc"]["address"] == "/run/containerd/containerd.sock"  # in the node's mount namespace
+    assert node.FIXED_PATHS[Path("/run/containerd")] == node.CONTAINERD_STATE
     cri = conf["plugins"]["io.containerd.cri.v1.runtime"]
     assert cri["restrict_oom_score_adj"] is True  # no CAP_SYS_RESOURCE
     assert cri["netns_mounts_under_state_dir"] is True  # every mount under the node's dirs
@@ -76,10 +77,13 @@ def test_the_kubelet_runs_with_cgroupfs_on_v1_under_its_own_cgroup_root():
     assert conf["failCgroupV1"] is False and conf["cgroupDriver"] == "cgroupfs"
     assert conf["cgroupRoot"] == node.CGROUP_ROOT
     assert conf["address"] == C.HOST and conf["healthzBindAddress"] == C.HOST
-    assert conf["containerRuntimeEndpoint"] == f"unix://{node.CONTAINERD_SOCKET}"
+    assert conf["containerRuntimeEndpoint"] == "unix:///run/containerd/containerd.sock"
     assert conf["localStorageCapacityIsolation"] is False
     argv = node.kubelet_command()
-    assert f"--root-dir={node.KUBELET_DIR}" in argv and f"--hostname-override={node.NAME}" in argv
+    # its root dir and pod logs as it sees them, in the node's mount namespace: the node's own dirs
+    assert "--root-dir=/var/lib/kubelet" in argv and f"--hostname-override={node.NAME}" in argv
+    assert node.FIXED_PATHS[Path("/var/lib/kubelet")] == node.KUBELET_DIR
+    assert conf["podLogsDir"] == "/var/log/pods" and node.FIXED_PATHS[Path("/var/log/pods")] == node.POD_LOGS
     assert node.DEVICE_PLUGIN_SOCKET == node.KUBELET_DIR / "device-plugins" / "kubelet.sock"
     assert node.POD_RESOURCES_SOCKET == node.KUBELET_DIR / "pod-resources" / "kubelet.sock"
 
