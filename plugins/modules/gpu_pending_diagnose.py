@@ -8,10 +8,12 @@ short_description: Explain why GPU pods are Pending, one line per pod
 version_added: "0.1.0"
 description:
   - Reads, once each, all pods, all nodes, the C(FailedScheduling) events, the PodGroups
-    (C(scheduling.k8s.io/v1beta1), when served and when a Pending pod names one) and the DRA
-    objects (C(resource.k8s.io/v1) ResourceSlices, DeviceTaintRules, DeviceClasses,
-    ResourceClaims and ResourceClaimTemplates, when served and when a Pending pod has
-    C(spec.resourceClaims)).
+    (when a Pending pod names one) and the DRA objects (ResourceSlices, DeviceTaintRules,
+    DeviceClasses, ResourceClaims and ResourceClaimTemplates, when a Pending pod has
+    C(spec.resourceClaims)), each in the version the API server serves (asked through discovery
+    then; PodGroups C(scheduling.k8s.io/v1beta1) on Kubernetes 1.37 and C(v1alpha2) on 1.36,
+    DeviceTaintRules C(resource.k8s.io/v1) on 1.37 and C(v1beta2) on 1.36, the other DRA objects
+    C(resource.k8s.io/v1)). What is not served in a version gpusplit reads counts as not served.
   - Classifies every unscheduled Pending pod that wants a GPU (an C(nvidia.com/gpu*) or
     C(nvidia.com/mig-*) extended resource, or DRA resource claims) as C(untolerated_taint),
     C(insufficient_gpu), C(gang_quorum), C(dra_device_taint), C(dra_no_device),
@@ -77,11 +79,13 @@ except ImportError:  # reported by require_kubernetes()
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.report import diagnose, report_table
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import api_versions
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     API_ERRORS,
     CLUSTER_ARGS,
     api_client,
     error_text,
+    get_json,
     list_path,
     require_kubernetes,
 )
@@ -91,26 +95,48 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling impor
     wants_gpu,
 )
 
-PODGROUPS = ("scheduling.k8s.io", "v1beta1", "podgroups")
-DRA_GROUP = "resource.k8s.io"
-DRA_VERSION = "v1"
+# the API groups whose served versions decide what is read (module_utils/_k8s/api_versions.py picks them)
+GROUPS = ("scheduling.k8s.io", "resource.k8s.io")
 DRA_KINDS = {
-    "slices": "resourceslices",
-    "rules": "devicetaintrules",
-    "classes": "deviceclasses",
-    "claims": "resourceclaims",
-    "templates": "resourceclaimtemplates",
+    "slices": "ResourceSlice",
+    "rules": "DeviceTaintRule",
+    "classes": "DeviceClass",
+    "claims": "ResourceClaim",
+    "templates": "ResourceClaimTemplate",
 }
 
 
-def _list_custom(api, group, version, plural):
-    """The items, or None when the API (group/version/resource) is not served."""
+def _get_or_none(api, path):
+    """The JSON at ``path``, or None when the API server does not serve it."""
     try:
-        return list_path(api, f"/apis/{group}/{version}/{plural}")
+        return get_json(api, path)
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
+
+
+def served_apis(api, groups=GROUPS):
+    """Discovery of ``groups`` as kubernetes.core.k8s_cluster_info gives it: ``{group/version: {kind: {name}}}``."""
+    out = {}
+    for group in groups:
+        for version in (_get_or_none(api, f"/apis/{group}") or {}).get("versions") or []:
+            group_version = version.get("groupVersion")
+            listing = _get_or_none(api, f"/apis/{group_version}") or {}
+            out[group_version] = {
+                r["kind"]: {"name": r["name"]}
+                for r in listing.get("resources") or []
+                if "/" not in r.get("name", "/")
+            }
+    return out
+
+
+def _list_kind(api, served, group_version, kind):
+    """The items of ``kind`` in ``group_version`` (a served one), None when it is not served there."""
+    resource = (served.get(group_version) or {}).get(kind) if group_version else None
+    if resource is None:
+        return None
+    return list_path(api, f"/apis/{group_version}/{resource['name']}")
 
 
 def read_cluster(api, prefixes):
@@ -120,18 +146,17 @@ def read_cluster(api, prefixes):
     events = []
     if pending:
         events = list_path(api, "/api/v1/events", field_selector="reason=FailedScheduling")
-    podgroups = None
-    if any((p.get("spec") or {}).get("schedulingGroup") for p in pending):
-        podgroups = _list_custom(api, *PODGROUPS)
+    gangs = any((p.get("spec") or {}).get("schedulingGroup") for p in pending)
+    claims = any((p.get("spec") or {}).get("resourceClaims") for p in pending)
+    served = served_apis(api) if gangs or claims else {}
+    chosen = api_versions.choose(("podgroup", "dra", "device_taint_rule"), served)["api_versions"]
+    podgroups = _list_kind(api, served, chosen["podgroup"], "PodGroup") if gangs else None
     resource = None
-    if any((p.get("spec") or {}).get("resourceClaims") for p in pending):
+    if claims and chosen["dra"]:
         resource = {}
-        for key, plural in DRA_KINDS.items():
-            items = _list_custom(api, DRA_GROUP, DRA_VERSION, plural)
-            if items is None and key in ("slices", "claims"):
-                resource = None
-                break
-            resource[key] = items or []
+        for key, kind in DRA_KINDS.items():
+            group_version = chosen["device_taint_rule"] if key == "rules" else chosen["dra"]
+            resource[key] = _list_kind(api, served, group_version, kind) or []
     return pods, nodes, events, podgroups, resource
 
 

@@ -2,7 +2,8 @@
 # Apache-2.0
 """The DRA preflight: every check the DRA driver and DRA-mode split need, over gathered data. Private to the collection.
 
-resource.k8s.io/v1 (and DeviceTaintRule) served, Kubernetes >= 1.34.2, NVIDIA driver >= 565,
+resource.k8s.io/v1 (and DeviceTaintRule in a version gpusplit writes: module_utils/_k8s/api_versions.py) served,
+Kubernetes >= 1.34.2, NVIDIA driver >= 565,
 CDI enabled in containerd (from its config and imports), no device plugin on a DRA node.
 ``preflight`` never raises: it returns every check with its result (``preflight_table``).
 """
@@ -10,6 +11,7 @@ CDI enabled in containerd (from its config and imports), no device plugin on a D
 from __future__ import annotations
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import API_GROUP_VERSION, DraError
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import api_versions
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import APP_NAME, LABEL_NAME
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import format_version, parse_version
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.chart import deep_merge
@@ -28,38 +30,22 @@ DEVICE_PLUGIN_IMAGE_HINT = "k8s-device-plugin"
 DEVICE_PLUGIN_LABELS = {LABEL_NAME: (APP_NAME, "nvidia-device-plugin")}
 
 
-def check_api(apis, need_taint_rules=False):
-    """Errors when resource.k8s.io/v1 (and, if asked, its DeviceTaintRule) is not served."""
-    errors = []
-    served = (apis or {}).get(API_GROUP_VERSION)
-    if not served:
-        others = sorted(k for k in apis or {} if k.startswith("resource.k8s.io/"))
-        errors.append(
-            f"the API server does not serve {API_GROUP_VERSION} (DRA GA, Kubernetes >= 1.34); "
-            f"it serves {', '.join(others) or 'no resource.k8s.io version'}"
-        )
-        return errors
-    missing = [
-        k
-        for k in ("ResourceSlice", "DeviceClass", "ResourceClaim", "ResourceClaimTemplate")
-        if k not in served
-    ]
-    if missing:
-        errors.append(f"{API_GROUP_VERSION} lacks {', '.join(missing)}")
-    if need_taint_rules and "DeviceTaintRule" not in served:
-        others = sorted(
-            k
-            for k, kinds in (apis or {}).items()
-            if k.startswith("resource.k8s.io/") and "DeviceTaintRule" in kinds
-        )
-        hint = (
-            f" (served only as {', '.join(others)}; gpusplit writes {API_GROUP_VERSION}, GA in Kubernetes 1.37)"
-            if others
-            else " (GA in Kubernetes 1.37; on 1.36 it is beta and off: feature gate DRADeviceTaintRules and "
-            "--runtime-config=resource.k8s.io/v1beta2=true)"
-        )
-        errors.append(f"the API server does not serve DeviceTaintRule in {API_GROUP_VERSION}{hint}")
-    return errors
+def check_api(apis, need_taint_rules=False, git_version=None):
+    """Errors when the DRA objects (and, if asked, DeviceTaintRule) are not served in a version gpusplit writes.
+
+    Each error names the version needed and, for the cluster's release (``git_version``), the gates and
+    runtime-config that serve it (``api_versions.pick``).
+    """
+    try:
+        api_versions.pick("dra", apis, git_version)
+    except api_versions.ApiVersionError as exc:
+        return [str(exc)]
+    if need_taint_rules:
+        try:
+            api_versions.pick("device_taint_rule", apis, git_version)
+        except api_versions.ApiVersionError as exc:
+            return [str(exc)]
+    return []
 
 
 def check_kubernetes_version(git_version, minimum=MIN_KUBERNETES):
@@ -255,7 +241,7 @@ def preflight(cluster, hosts, pods=None, skip=(), need_taint_rules=True):
     cluster = cluster or {}
     apis = cluster.get("apis") or {}
     git_version = cluster.get("git_version")
-    record("api", "cluster", check_api(apis), f"{API_GROUP_VERSION} served")
+    record("api", "cluster", check_api(apis, git_version=git_version), f"{API_GROUP_VERSION} served")
     record(
         "kubernetes_version",
         "cluster",
@@ -263,11 +249,14 @@ def preflight(cluster, hosts, pods=None, skip=(), need_taint_rules=True):
         f"Kubernetes {git_version} >= {format_version(MIN_KUBERNETES)}",
     )
     if need_taint_rules:
-        taint_errors = check_api(apis, need_taint_rules=True) if (apis or {}).get(API_GROUP_VERSION) else []
-        taint_errors = [e for e in taint_errors if "DeviceTaintRule" in e]
-        record(
-            "device_taint_rules", "cluster", taint_errors, f"DeviceTaintRule served in {API_GROUP_VERSION}"
+        chosen = api_versions.choose(("dra", "device_taint_rule"), apis, git_version)
+        taint_errors = (
+            [chosen["refusals"]["device_taint_rule"]]
+            if chosen["api_versions"]["dra"] and "device_taint_rule" in chosen["refusals"]
+            else []
         )
+        served_in = chosen["api_versions"]["device_taint_rule"] or API_GROUP_VERSION
+        record("device_taint_rules", "cluster", taint_errors, f"DeviceTaintRule served in {served_in}")
     nodes = {}
     for host in sorted(hosts or {}):
         info = hosts[host] or {}

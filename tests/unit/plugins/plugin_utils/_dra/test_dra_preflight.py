@@ -81,22 +81,38 @@ def test_preflight_kubernetes_version(version, ok):
     assert report["ok"] is ok, report["errors"]
 
 
-def test_preflight_needs_resource_v1_and_device_taint_rules():
-    old = {
+RESOURCE_V1 = {k: {} for k in ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")}
+
+
+def test_preflight_takes_device_taint_rules_in_the_version_the_cluster_serves():
+    # 1.36 with DRADeviceTaintRules and resource.k8s.io/v1beta2 on: the rules are written in v1beta2
+    gated = {
         "git_version": "v1.36.3",
-        "apis": {
-            "resource.k8s.io/v1": {
-                k: {} for k in ("DeviceClass", "ResourceClaim", "ResourceClaimTemplate", "ResourceSlice")
-            },
-            "resource.k8s.io/v1beta2": {"DeviceTaintRule": {}},
-        },
+        "apis": {"resource.k8s.io/v1": RESOURCE_V1, "resource.k8s.io/v1beta2": {"DeviceTaintRule": {}}},
     }
-    report = preflight(old, hosts(), [])
+    report = preflight(gated, hosts(), [])
+    assert report["ok"], report["errors"]
+    check = next(c for c in report["checks"] if c["check"] == "device_taint_rules")
+    assert check["detail"] == "DeviceTaintRule served in resource.k8s.io/v1beta2"
+
+
+def test_preflight_refuses_device_taint_rules_naming_the_gates_of_the_release():
+    bare = {"git_version": "v1.36.3", "apis": {"resource.k8s.io/v1": RESOURCE_V1}}
+    report = preflight(bare, hosts(), [])
     assert not report["ok"]
-    assert any("DeviceTaintRule" in e and "v1beta2" in e for e in report["errors"])
-    assert preflight(old, hosts(), [], need_taint_rules=False)["ok"]
+    (error,) = report["errors"]
+    assert "needs DeviceTaintRule in resource.k8s.io/v1 or resource.k8s.io/v1beta2" in error
+    assert "DRADeviceTaintRules (beta, off by default" in error
+    assert "--runtime-config=resource.k8s.io/v1beta2=true" in error
+    assert preflight(bare, hosts(), [], need_taint_rules=False)["ok"]
+    alpha = {
+        "git_version": "v1.35.4",
+        "apis": {"resource.k8s.io/v1": RESOURCE_V1, "resource.k8s.io/v1alpha3": {"DeviceTaintRule": {}}},
+    }
+    (error,) = preflight(alpha, hosts(), [])["errors"]
+    assert "only in resource.k8s.io/v1alpha3, which gpusplit does not write" in error
     none = preflight({"git_version": "v1.37.2", "apis": {"resource.k8s.io/v1beta1": {}}}, hosts(), [])
-    assert any("does not serve resource.k8s.io/v1" in e for e in none["errors"])
+    assert any("DRA claims and classes needs" in e and "resource.k8s.io/v1" in e for e in none["errors"])
 
 
 @pytest.mark.parametrize(
