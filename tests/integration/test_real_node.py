@@ -323,6 +323,51 @@ def test_a_gpu_pod_starts_through_the_nvidia_runtime_and_its_hook_with_the_uuid_
         exposed.unlink(missing_ok=True)
 
 
+def devices_of(ns: str, pod: str) -> list[str] | None:
+    """The device ids the real kubelet's pod-resources answer gives the pod (None: the pod is not in it)."""
+    for p in pr.read_pod_resources(str(node.POD_RESOURCES_SOCKET))["pods"]:
+        if (p["namespace"], p["name"]) == (ns, pod):
+            return [d for c in p["containers"] for dev in c["devices"] for d in dev["device_ids"]]
+    return None
+
+
+def test_a_pod_keeps_its_gpu_on_the_real_kubelet_when_the_plugin_stops_advertising_it_until_evicted(
+    real_node, kubectl, ns
+):
+    """k8s-device-plugin#313 on the real kubelet: the plugin restarts without the GPU a running pod
+    holds (a re-split gave it to the host); the kubelet keeps the pod's device, its pod-resources
+    answer still says so, until gpusplit's pod_eviction evicts the pod."""
+    uuids = [g["uuid"] for g in json.loads(FIXTURE.read_text())["gpus"]]
+    exposed = start_plugin(kubectl, ns, "envvar", uuids)
+    try:
+        pod = workload_pod("holder", {}, wait=True)
+        pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+        kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pod))
+        kubectl.wait_for(
+            lambda: kubectl.json("-n", ns, "get", "pod", "holder")["status"].get("phase") == "Running",
+            timeout=120,
+            what="the GPU pod to run",
+        )
+        held = devices_of(ns, "holder")
+        assert held and len(held) == 1 and held[0] in uuids, held
+        # the re-split: the plugin starts again, given only the other GPU
+        kubectl("-n", ns, "delete", "pod", "device-plugin", "--wait=true", "--timeout=60s")
+        start_plugin(kubectl, ns, "envvar", [u for u in uuids if u != held[0]])
+        assert devices_of(ns, "holder") == held  # the kubelet never takes a device back from a running pod
+        assert kubectl.json("-n", ns, "get", "pod", "holder")["status"]["phase"] == "Running"
+        args = {"kubeconfig": str(C.KUBECONFIG), "pods": [{"namespace": ns, "name": "holder"}], "delay": 0.5}
+        result = ansible_module("localhost", "gpusplit.k8s.pod_eviction", json.dumps(args), INVENTORY)
+        assert result.get("changed") is True, result
+        kubectl.wait_for(
+            lambda: devices_of(ns, "holder") is None,
+            timeout=60,
+            what="the evicted pod to leave the real kubelet's pod-resources answer",
+        )
+    finally:
+        kubectl("-n", ns, "delete", "pod", "--all", "--wait=true", "--timeout=60s", check=False)
+        exposed.unlink(missing_ok=True)
+
+
 def runtime_class(kubectl) -> None:
     body = {
         "apiVersion": "node.k8s.io/v1",
