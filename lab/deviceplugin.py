@@ -37,7 +37,7 @@ import yaml
 from kubernetes import client, config
 
 from lab.components import KUBECONFIG
-from lab.nodes import FIXTURE_LABEL, FIXTURES
+from lab.nodes import FIXTURE_LABEL, FIXTURES, OWN_UUIDS_LABEL, own_uuids
 
 RESOURCE = "nvidia.com/gpu"
 MIG_PREFIX = "nvidia.com/mig-"
@@ -65,6 +65,16 @@ def fixture_gpus(fixture: str) -> list[dict]:
         cached = (stamp, [g for g in gpus if not g.get("lost")])
         _FIXTURE_CACHE[fixture] = cached
     return [dict(g) for g in cached[1]]
+
+
+def node_gpus(node: dict) -> list[dict]:
+    """The GPUs of a lab node: its fixture's (fixture_gpus), under UUIDs of the node's own when it is labelled
+    OWN_UUIDS_LABEL (the fleet bench's hosts share fixtures, not GPUs)."""
+    labels = node["metadata"]["labels"]
+    gpus = fixture_gpus(labels[FIXTURE_LABEL])
+    if labels.get(OWN_UUIDS_LABEL) == "true":
+        gpus = json.loads(own_uuids(json.dumps(gpus), node["metadata"]["name"]))
+    return gpus
 
 
 def visible_gpus(gpus: list[dict], container: dict) -> list[dict]:
@@ -326,7 +336,7 @@ class DevicePluginSimulator(TickedSimulator):
 
     def sync_node(self, core: client.CoreV1Api, node: dict, plugin_pods: list[tuple]) -> None:
         name = node["metadata"]["name"]
-        gpus = fixture_gpus(node["metadata"]["labels"][FIXTURE_LABEL])
+        gpus = node_gpus(node)
         want = {RESOURCE: 0}
         for _, pod in plugin_pods:
             want = {name: len(ids) for name, ids in plugin_devices(self.api(), gpus, pod).items()}

@@ -8,6 +8,7 @@ writes these Node objects talks to the real kube-apiserver.
 from __future__ import annotations
 
 import re
+import uuid
 from pathlib import Path
 
 import yaml
@@ -19,6 +20,11 @@ from lab.components import HOSTS_ROOT, KUBECONFIG, LOGS, ROOT
 INVENTORY = ROOT / "inventory" / "lab" / "hosts.yml"
 FIXTURES = ROOT / "tests" / "fixtures" / "gpus"
 FIXTURE_LABEL = "gpusplit.io/lab-fixture"
+# a node that shares its fixture with others (the fleet bench's hosts) and gives its GPUs UUIDs of its own
+OWN_UUIDS_LABEL = "gpusplit.io/lab-own-uuids"
+_UUID = re.compile(
+    r"\b(?:GPU|MIG)-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE
+)
 KWOK_ANNOTATION = {"kwok.x-k8s.io/node": "fake"}
 BASE_RESOURCES = {"cpu": "64", "memory": "512Gi", "pods": "110", "ephemeral-storage": "1Ti"}
 
@@ -41,6 +47,18 @@ def lab_hosts(inventory: Path = INVENTORY) -> dict[str, dict]:
 
     walk(doc.get("all", doc), {})
     return {h: v for h, v in found.items() if v.get("gpusplit_lab_fixture")}
+
+
+def own_uuid(found: str, host: str) -> str:
+    """The UUID that GPU or MIG UUID ``found`` of a shared fixture has on ``host``: the same prefix, the rest
+    derived from the host and the UUID (the same every time, another one on every host)."""
+    return found[:4].upper() + str(uuid.uuid5(uuid.NAMESPACE_URL, f"gpusplit-lab/{host}/{found.lower()}"))
+
+
+def own_uuids(text: str, host: str) -> str:
+    """``text`` (a fixture, or GPUs as JSON) with every GPU and MIG UUID replaced by ``host``'s own (own_uuid):
+    two hosts of one fixture then report different GPUs, as two machines do."""
+    return _UUID.sub(lambda m: own_uuid(m.group(0), host), text)
 
 
 def node_body(name: str, fixture: str, extra_labels: dict | None = None) -> dict:

@@ -38,7 +38,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from lab import deviceplugin as dp
-from lab.nodes import FIXTURE_LABEL, HOSTS_ROOT
+from lab.nodes import HOSTS_ROOT
 
 SOCKET = Path("var/lib/kubelet/pod-resources/kubelet.sock")
 CHECKPOINT = Path("var/lib/kubelet/device-plugins/gpusplit-lab-checkpoint.json")
@@ -398,7 +398,7 @@ class PodResourcesSimulator(dp.TickedSimulator):
             name = node["metadata"]["name"]
             available: dict[str, list[str]] = {}
             plugins = running.get(name, [])
-            gpus = dp.fixture_gpus(node["metadata"]["labels"][FIXTURE_LABEL])
+            gpus = dp.node_gpus(node)
             if plugins:
                 available = dp.plugin_devices(api, gpus, plugins[-1][1])
             here = live_pods(pods, name)

@@ -251,9 +251,10 @@ def host_name(i: int) -> str:
     return f"{PREFIX}{i:04d}"
 
 
-def inventory(n: int, lab_dir: Path | None = None) -> dict:
+def inventory(n: int, lab_dir: Path | None = None, fixture_dir: Path | None = None) -> dict:
     """The inventory of ``n`` bench hosts, the lab's fixtures and modes in turn. With ``lab_dir`` (the lab's
-    folder), each host also names its own lab paths (see :func:`lab_host_vars`)."""
+    folder), each host also names its own lab paths (see :func:`lab_host_vars`), and its fixture with GPU UUIDs
+    of its own in ``fixture_dir`` (see :func:`write_fixtures`)."""
     hosts = {}
     for i in range(n):
         fixture, mode, split, services = MIX[i % len(MIX)]
@@ -263,14 +264,28 @@ def inventory(n: int, lab_dir: Path | None = None) -> dict:
         if services:
             hvars["gpusplit_host_services"] = services
         if lab_dir is not None:
-            hvars.update(lab_host_vars(host_name(i), fixture, lab_dir))
+            hvars.update(lab_host_vars(host_name(i), fixture, lab_dir, fixture_dir))
         hosts[host_name(i)] = hvars
     return {"all": {"children": {"gpu_nodes": {"hosts": hosts}}}}
 
 
-def lab_host_vars(host: str, fixture: str, lab_dir: Path) -> dict:
+def write_fixtures(n: int, fixture_dir: Path) -> None:
+    """<host>.json in ``fixture_dir`` for each of ``n`` bench hosts: its lab fixture with every GPU and MIG
+    UUID replaced by one of the host's own (lab.nodes.own_uuids). The fixtures are taken in turn, so without
+    this two hosts would report the same GPUs, which the planner refuses as one machine in the inventory twice;
+    the device-plugin stand-in gives the host's Node the same UUIDs (its label lab.nodes.OWN_UUIDS_LABEL)."""
+    from lab import nodes
+
+    fixture_dir.mkdir(parents=True, exist_ok=True)
+    for i in range(n):
+        text = (nodes.FIXTURES / f"{MIX[i % len(MIX)][0]}.json").read_text()
+        (fixture_dir / f"{host_name(i)}.json").write_text(nodes.own_uuids(text, host_name(i)))
+
+
+def lab_host_vars(host: str, fixture: str, lab_dir: Path, fixture_dir: Path | None = None) -> dict:
     """What inventory/lab works out for a lab host with expressions, named as values: the host's scratch root
-    and the fake NVML's environment (its fixture, the fakes on PYTHONPATH and PATH).
+    and the fake NVML's environment (its fixture, the fakes on PYTHONPATH and PATH). With ``fixture_dir``, the
+    host's own copy of the fixture there (write_fixtures) instead of the lab's.
 
     The lab's inventory finds the checkout, the lab folder and the controller's PATH with expressions (file
     tests, lookups) so that it works from any checkout; every task that templates a path of a GPU host
@@ -282,7 +297,11 @@ def lab_host_vars(host: str, fixture: str, lab_dir: Path) -> dict:
         "gpusplit_host_root": str(lab_dir / "hosts" / host),
         "gpusplit_discovery_environment": {
             "PYTHONPATH": str(fakes),
-            "GPUSPLIT_FAKE_NVML_FIXTURE": str(ROOT / "tests" / "fixtures" / "gpus" / f"{fixture}.json"),
+            "GPUSPLIT_FAKE_NVML_FIXTURE": str(
+                fixture_dir / f"{host}.json"
+                if fixture_dir is not None
+                else ROOT / "tests" / "fixtures" / "gpus" / f"{fixture}.json"
+            ),
             "PATH": f"{fakes / 'bin'}:{os.environ.get('PATH', '')}",
         },
     }
@@ -329,7 +348,8 @@ def write_inventory(n: int, workdir: Path) -> Path:
             }
         )
     )
-    (inv / "hosts.yml").write_text(yaml.safe_dump(inventory(n, lab_dir), sort_keys=False))
+    write_fixtures(n, inv / "fixtures")
+    (inv / "hosts.yml").write_text(yaml.safe_dump(inventory(n, lab_dir, inv / "fixtures"), sort_keys=False))
     return inv
 
 
@@ -379,7 +399,8 @@ def create_nodes(core, n: int) -> None:
 
     for i in range(n):
         fixture = MIX[i % len(MIX)][0]
-        nodes.ensure_node(core, host_name(i), fixture)
+        # the GPUs of write_fixtures' copy: the stand-in derives the same UUIDs for the host
+        nodes.ensure_node(core, host_name(i), fixture, {nodes.OWN_UUIDS_LABEL: "true"})
         nodes.seed_host_root(host_name(i))
 
 

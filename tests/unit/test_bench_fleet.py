@@ -63,7 +63,8 @@ def test_the_gpu_hosts_name_the_values_the_lab_inventory_works_out(tmp_path):
 
     import yaml
 
-    named = bench_fleet.write_inventory(2, tmp_path / "named")
+    named_dir = tmp_path / "named"
+    named = bench_fleet.write_inventory(2, named_dir)
     hosts = yaml.safe_load((named / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["hosts"]
     gpu_vars = yaml.safe_load((named / "group_vars" / "gpu_nodes.yml").read_text())
     # the same hosts with the lab's expressions only
@@ -107,7 +108,46 @@ def test_the_gpu_hosts_name_the_values_the_lab_inventory_works_out(tmp_path):
     assert sorted(worked_out) == sorted(hosts)
     for host, values in worked_out.items():
         named_values = dict(gpu_vars, **hosts[host])
-        assert {name: named_values[name] for name in names} == values
+        named = {name: named_values[name] for name in names}
+        # the fixture is the host's own copy (GPU UUIDs of its own), the lab's own fixture otherwise
+        own = Path(named["gpusplit_discovery_environment"].pop("GPUSPLIT_FAKE_NVML_FIXTURE"))
+        lab = Path(values["gpusplit_discovery_environment"].pop("GPUSPLIT_FAKE_NVML_FIXTURE"))
+        assert named == values
+        assert own == named_dir / "inventory-2" / "fixtures" / f"{host}.json"
+        assert json.loads(own.read_text()) == json.loads(bench_fleet_own_uuids(lab.read_text(), host))
+
+
+def bench_fleet_own_uuids(text, host):
+    from lab import nodes
+
+    return nodes.own_uuids(text, host)
+
+
+def test_every_bench_host_reports_gpus_of_its_own(tmp_path):
+    """The fixtures are taken in turn; each host's copy has UUIDs of its own, everything else as the lab's, and
+    the device-plugin stand-in gives the host's Node the same UUIDs."""
+    import json
+
+    from lab import deviceplugin, nodes
+
+    n = len(bench_fleet.MIX) + 2
+    bench_fleet.write_fixtures(n, tmp_path)
+    seen = {}
+    for i in range(n):
+        host = bench_fleet.host_name(i)
+        doc = json.loads((tmp_path / f"{host}.json").read_text())
+        for gpu in doc.get("gpus") or []:
+            for uuid in [gpu["uuid"], *(m["uuid"] for m in gpu.get("mig_devices") or [])]:
+                assert uuid not in seen, (uuid, host, seen.get(uuid))
+                seen[uuid] = host
+        fixture = bench_fleet.MIX[i % len(bench_fleet.MIX)][0]
+        lab = json.loads((nodes.FIXTURES / f"{fixture}.json").read_text())
+        assert len(doc.get("gpus") or []) == len(lab.get("gpus") or [])
+        node = nodes.node_body(host, fixture, {nodes.OWN_UUIDS_LABEL: "true"})
+        plugin_sees = [] if doc.get("nvml_init_error") or doc.get("smi_no_driver") else doc.get("gpus") or []
+        want = [g["uuid"] for g in plugin_sees if not g.get("lost")]
+        assert [g["uuid"] for g in deviceplugin.node_gpus(node)] == want
+    assert len(seen) > 20
 
 
 def test_writes_leave_out_reads_dry_runs_and_what_the_lab_writes_on_its_own():
