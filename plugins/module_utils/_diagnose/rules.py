@@ -69,6 +69,8 @@ FILTERS = (
     "DynamicResources",
 )
 
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # the device plugin's MIG resources under mig_strategy mixed
+
 # the classes of the rules below
 TAINT = "untolerated_taint"
 SHORTAGE = "insufficient_gpu"
@@ -228,7 +230,27 @@ def _short_of_gpus(case, node):
             short[r] = dict(usage, wanted=want)
     if not short:
         return []
-    return [(0, {"node": meta_of(node).get("name"), "resources": short, "time_slicing": _time_slicing(node)})]
+    detail = {"node": meta_of(node).get("name"), "resources": short, "time_slicing": _time_slicing(node)}
+    missing = _mig_profiles_nobody_offers(case.cl, short)
+    if missing:
+        detail["mig_offered"] = missing
+    return [(0, detail)]
+
+
+def _mig_profiles_nobody_offers(cl, short):
+    """{MIG resource the pod wants that no node of the cluster advertises: [the MIG resources nodes do]}."""
+    wanted = [r for r in short if r.startswith(MIG_RESOURCE_PREFIX)]
+    if not wanted:
+        return {}
+    offered = sorted(
+        {
+            r
+            for n in cl.nodes
+            for r in ((n.get("status") or {}).get("allocatable") or {})
+            if r.startswith(MIG_RESOURCE_PREFIX) and cl.allocatable(n, r)
+        }
+    )
+    return {r: offered for r in wanted if r not in offered}
 
 
 def _time_slicing(node):
@@ -314,6 +336,11 @@ def _summarise_shortage(details):
             if not u["allocatable"]:
                 zero.append(d["node"])
     summary = "Insufficient GPUs on every candidate node (" + "; ".join(parts) + ")"
+    missing = {r: o for d in details for r, o in (d.get("mig_offered") or {}).items()}
+    for r, offered in sorted(missing.items()):
+        summary += (
+            f"; no node offers MIG profile {r} (the nodes offer: {', '.join(offered) or 'no MIG device'})"
+        )
     sliced = _time_slicing_words(details)
     if sliced:
         summary += f"; time-sliced: {sliced[0]}"
@@ -333,6 +360,11 @@ def _summarise_shortage(details):
         nxt += "; free GPUs or grow the Kubernetes share (out/fleet-report.json)"
     if sliced:
         nxt += f"; {sliced[1]}"
+    if missing:
+        nxt += (
+            "; ask for a profile a node offers, or give a node's Kubernetes share that geometry "
+            "(gpusplit_mig_geometry with gpusplit_mig_strategy mixed, docs/split.md)"
+        )
     return summary, nxt, {}
 
 

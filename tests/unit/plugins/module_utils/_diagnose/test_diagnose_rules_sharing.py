@@ -60,3 +60,19 @@ def test_a_node_without_the_labels_is_no_time_slicing():
     plain = node("gpu-b", 1, {"pool": "nb"})
     e = entry([pod("p0", node_name="gpu-b"), pod("p1", selector={"pool": "nb"})], [plain], "p1")
     assert e["class"] == SHORTAGE and "time-sliced" not in e["summary"]
+
+
+def test_a_mig_profile_no_node_offers():
+    mig_node = node("mig-a", 0, {"pool": "nb"}, extra_alloc={"nvidia.com/mig-3g.40gb": "2"})
+    limits = {"nvidia.com/mig-2g.20gb": "1"}
+    want = pod("want-2g", selector={"pool": "nb"}, resources={"limits": limits, "requests": limits})
+    e = entry([want], [mig_node], "want-2g")
+    assert e["class"] == SHORTAGE
+    assert (
+        "no node offers MIG profile nvidia.com/mig-2g.20gb (the nodes offer: nvidia.com/mig-3g.40gb)"
+        in e["summary"]
+    )
+    assert "gpusplit_mig_geometry" in e["next"]
+    limits = {"nvidia.com/mig-3g.40gb": "3"}
+    big = pod("want-3", selector={"pool": "nb"}, resources={"limits": limits, "requests": limits})
+    assert "no node offers" not in entry([big], [mig_node], "want-3")["summary"]
