@@ -141,3 +141,20 @@ def test_the_cri_answer_is_read_for_the_sandbox_ids():
     ]
     assert got == ids
     assert node._string_field(1, ids[0]) == field(1, ids[0].encode())
+
+
+def test_a_node_that_cannot_start_leaves_its_reason_for_the_tests(monkeypatch, tmp_path):
+    monkeypatch.setattr(node, "STATE", tmp_path)
+    monkeypatch.setattr(node, "missing", lambda: ["capability CAP_SYS_ADMIN", "the overlay filesystem"])
+    monkeypatch.setenv("GPUSPLIT_LAB_REAL_NODE", "1")
+    ok, said = node.lab_up()
+    assert not ok
+    assert said == (
+        "the real node lab-node-01 cannot run: this machine lacks: capability CAP_SYS_ADMIN; the overlay filesystem"
+    )
+    # what the real-node tests fail with (status()['error'])
+    assert (
+        tmp_path / "error"
+    ).read_text() == "this machine lacks: capability CAP_SYS_ADMIN; the overlay filesystem"
+    monkeypatch.setenv("GPUSPLIT_LAB_REAL_NODE", "0")
+    assert node.lab_up() == (True, "lab-node-01 left out (GPUSPLIT_LAB_REAL_NODE=0)")
