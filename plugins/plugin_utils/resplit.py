@@ -24,8 +24,6 @@ prints it; ``resplit_refusals`` says what the chosen policy refuses; ``fence_obj
 
 from __future__ import annotations
 
-import math
-
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DRIVER, device_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import normalize_uuid
@@ -596,30 +594,3 @@ def dra_fence_devices(diff, plan):
                 }
             )
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# batches
-
-
-def batch_size(value, total):
-    """gpusplit_rollout_batch (a number, or a percentage such as "25%") as a count of hosts (>= 1)."""
-    if isinstance(value, bool) or value is None:
-        raise ResplitError(
-            f"gpusplit_rollout_batch: expected a number or a percentage, got {type_name(value)}"
-        )
-    text = str(value).strip()
-    try:
-        if text.endswith("%"):
-            pct = float(text[:-1])
-            if not 0 < pct <= 100:
-                raise ValueError
-            return max(1, math.ceil(total * pct / 100.0)) if total else 1
-        count = int(text)
-        if count < 1:
-            raise ValueError
-        return count
-    except ValueError:
-        raise ResplitError(
-            f"gpusplit_rollout_batch: {value!r} is neither a whole number >= 1 nor a percentage in (0%, 100%]"
-        ) from None

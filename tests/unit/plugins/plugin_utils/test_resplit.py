@@ -284,19 +284,6 @@ def test_the_fence_prunes_only_the_fenced_nodes_daemonsets():
     assert resplit.fence_prune(plan_of({"host_count": 2}), ["elsewhere"]) == []
 
 
-@pytest.mark.parametrize(
-    ("value", "total", "want"), [(2, 10, 2), ("3", 10, 3), ("25%", 8, 2), ("10%", 3, 1), ("100%", 7, 7)]
-)
-def test_batch_sizes(value, total, want):
-    assert resplit.batch_size(value, total) == want
-
-
-@pytest.mark.parametrize("value", [0, -1, "0%", "150%", "abc", True, None, 2.5, "2.5"])
-def test_bad_batch_sizes_are_refused(value):
-    with pytest.raises(ResplitError, match="gpusplit_rollout_batch"):
-        resplit.batch_size(value, 4)
-
-
 def test_unknown_policies_are_refused():
     with pytest.raises(ResplitError, match="gpusplit_resplit_policy: 'drain'"):
         resplit.resplit_refusals({"nodes": []}, "drain")
