@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
+import subprocess
 import uuid
 from pathlib import Path
 
@@ -413,6 +415,28 @@ def test_a_pod_asking_for_host_gpus_in_its_env_gets_none_once_gpusplit_hardened_
             assert got == sorted([(True, tuple(g["uuid"] for g in gpus)), (False, (gpus[0]["uuid"],))]), got
     finally:
         node.write_nvidia_config()  # the stock plumbing again
+
+
+def test_a_second_build_of_the_node_is_cached_and_leaves_its_binaries_alone():
+    bins = [
+        node.kubelet_binary(),
+        *(C.BIN / n for n in ("containerd", "ctr", "containerd-shim-runc-v2", "runc")),
+    ]
+    bins += [node.CNI_BIN / n for n in ("bridge", "loopback", "host-local")]
+    bins += [node.IMAGE_PROGRAMS / n for n in ("pause", "workload", "device-plugin")]
+    files = bins + [b.with_name(f".{b.name}.version") for b in bins]
+    before = {f: f.stat().st_mtime_ns for f in files}
+    env = {**os.environ, "K8S": C.lab_kube_version()}
+    proc = subprocess.run(
+        [str(C.ROOT / "lab" / "build_node.sh"), "all"], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "building" not in proc.stderr and "cached" in proc.stderr, proc.stderr
+    assert {f: f.stat().st_mtime_ns for f in files} == before
+    pins = C.versions()
+    assert (C.BIN / ".containerd.version").read_text().strip() == pins["CONTAINERD_VERSION"]
+    assert (C.BIN / ".runc.version").read_text().strip() == pins["RUNC_VERSION"]
+    assert (node.CNI_BIN / ".bridge.version").read_text().strip() == pins["CNI_PLUGINS_VERSION"]
 
 
 def test_zz_lab_down_leaves_nothing_of_the_real_node_and_up_brings_it_back(real_node):
