@@ -38,7 +38,7 @@ def read_outputs(out_dir):
         except FileNotFoundError:
             out[name] = None
         except (OSError, UnicodeDecodeError, ValueError) as exc:
-            return out, f"{name} cannot be read as JSON ({type(exc).__name__}: {exc}); {AGAIN}"
+            return out, f"{name} cannot be read as JSON ({exc}); {AGAIN}"
     return out, ""
 
 
