@@ -187,3 +187,21 @@ def test_a_sharing_change_on_the_busy_node_is_refused_and_changes_nothing(busy, 
     assert node["sharing"]["after"] == f"time-slicing x2 ({SHARED})"
     assert sorted(h["pod"] for h in node["holders"]) == [f"nb-{i}" for i in range(8)]
     assert kubectl.json("get", "node", NODE)["status"]["allocatable"][SHARED] == before
+
+
+def test_evict_takes_exactly_the_holders_and_the_node_advertises_the_new_sharing(busy, kubectl, tmp_path):
+    ns = busy
+    inventory = shared_inventory(tmp_path, {"time_slicing": {"replicas": 2, "rename": True}})
+    run("site.yml", inventory, *LIMIT, "-e", "gpusplit_resplit_policy=evict")
+    left = {p["metadata"]["name"] for p in kubectl.json("-n", ns, "get", "pods")["items"]}
+    assert not left & {f"nb-{i}" for i in range(8)}, left  # every holder of a replica was evicted
+    report = json.loads((C.OUT / "fleet-report.json").read_text())
+    [entry] = [n for n in report["nodes"] if n["name"] == NODE]
+    assert entry["verdict"] == "OK", entry
+    assert kubectl.json("get", "node", NODE)["status"]["allocatable"][SHARED] == "4"
+    [ds] = [
+        d
+        for d in kubectl.json("get", "daemonsets", "-A", "-l", PLUGIN_SELECTOR)["items"]
+        if d["metadata"]["annotations"]["gpusplit.io/node-name"] == NODE
+    ]
+    assert ds["metadata"]["annotations"]["gpusplit.io/sharing"] == f"time-slicing x2 ({SHARED})"
