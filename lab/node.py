@@ -616,9 +616,6 @@ def containerd_command() -> list[str]:
     ]
 
 
-MNT_NS = STATE / "mnt-ns"  # the node's mount namespace (as /proc/<pid>/ns/mnt names it), for down
-
-
 def containerd_address() -> str:
     """containerd's socket as this process reaches it: through containerd's own root, in its namespace."""
     pid = running("containerd")
@@ -878,7 +875,6 @@ def up(timeout: float = 180) -> str:
         spawn("containerd", containerd_command())
         started.append("containerd")
     wait_for("containerd", containerd_ready, 60, "containerd")
-    MNT_NS.write_text(os.readlink(f"/proc/{running('containerd')}/ns/mnt"))
     import_images()
     if not running("kubelet"):
         spawn("kubelet", in_node_namespace(kubelet_command()))
@@ -916,7 +912,6 @@ def down() -> list[str]:
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
         done.append(f"removed the bridge {BRIDGE}")
-    MNT_NS.unlink(missing_ok=True)
     # the sockets of a stopped kubelet and containerd
     for sock in (
         DEVICE_PLUGIN_SOCKET,
@@ -929,18 +924,21 @@ def down() -> list[str]:
 
 
 def leftover_processes() -> list[int]:
-    """The node's processes after containerd stopped: what still runs in its mount namespace (its
-    shims) or in its cgroups (its containers)."""
+    """The node's processes after containerd stopped: its shims (each works in its task's bundle dir
+    under the node's containerd state dir; one of a containerd that listened on the lab's path names
+    that address) and whatever still runs in its cgroups (its containers)."""
     pids = set(cgroup_pids())
-    try:
-        ns = MNT_NS.read_text().strip()
-    except OSError:
-        ns = ""
+    bundles = f"{CONTAINERD_STATE}/"
+    address = os.fsencode(str(CONTAINERD_SOCKET))
     for proc in Path("/proc").iterdir():
-        if ns and proc.name.isdigit():
-            with contextlib.suppress(OSError):
-                if os.readlink(proc / "ns" / "mnt") == ns:
-                    pids.add(int(proc.name))
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if not argv[0].endswith(b"containerd-shim-runc-v2"):
+                continue
+            if os.readlink(proc / "cwd").startswith(bundles) or address in argv:
+                pids.add(int(proc.name))
     pids.discard(os.getpid())
     return sorted(pids)
 
