@@ -29,6 +29,7 @@ options:
     choices:
       - cp_component_error
       - cp_detect
+      - cp_gates_absent
       - cp_runtime_config
       - cp_version
       - discovery_reports
@@ -103,6 +104,7 @@ from ansible.module_utils.basic import AnsibleModule
 STEPS = (
     "cp_component_error",
     "cp_detect",
+    "cp_gates_absent",
     "cp_runtime_config",
     "cp_version",
     "discovery_reports",

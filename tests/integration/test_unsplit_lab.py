@@ -18,6 +18,19 @@ from pathlib import Path
 
 import pytest
 from ansible_output import ansible_playbook
+from test_feature_gates_rollout import (  # the rollout's helpers and its control_plane fixture
+    API,
+    COMPONENTS,
+    GATE,
+    cluster_configuration,
+    control_plane,  # noqa: F401 (a fixture)
+    gate_values,
+    generations,
+    manifest_bytes,
+    recap,
+    run_playbook,
+    served,
+)
 
 from lab import components as C
 
@@ -312,3 +325,47 @@ def test_keep_leaves_the_hardening_and_says_so(split_node, kubectl):
     files = host_files()
     assert files["nvidia-container-runtime/config.toml"] == hardened
     assert "gpusplit/host-gpus.env" not in files and "gpusplit/host-state.json" in files
+
+
+# --------------------------------------------------------------------------------------------
+# feature gates back: playbooks/feature_gates.yml with a gate set to absent, on the lab's real control plane
+
+
+def test_a_gate_set_to_absent_leaves_the_manifests_as_before_it_was_added(control_plane, kubectl):  # noqa: F811
+    manifests = manifest_bytes()
+    config = cluster_configuration(kubectl)
+    rc, out, _ = run_playbook({"gpusplit_feature_gates": {GATE: True}})
+    assert rc == 0, out[-6000:]
+    assert API in served(kubectl) and manifest_bytes() != manifests
+
+    ns = f"unsplit-gate-{uuid.uuid4().hex[:6]}"
+    kubectl.namespace(ns)
+    group = {
+        "apiVersion": API,
+        "kind": "PodGroup",
+        "metadata": {"name": "pg-1", "namespace": ns},
+        "spec": {"schedulingPolicy": {"gang": {"minCount": 2}}},
+    }
+    kubectl("apply", "-f", "-", stdin=json.dumps(group))
+    try:
+        enabled = manifest_bytes()
+        gens = generations()
+        rc, out, _ = run_playbook({"gpusplit_feature_gates": {GATE: "absent"}})
+        assert rc != 0
+        assert f"PodGroup {ns}/pg-1" in " ".join(out.split()) and "Nothing was changed" in out
+        assert manifest_bytes() == enabled and generations() == gens
+    finally:
+        kubectl("delete", "namespace", ns, "--wait=true", check=False)
+
+    rc, out, _ = run_playbook({"gpusplit_feature_gates": {GATE: "absent"}})
+    assert rc == 0, out[-6000:]
+    # the gate and its --runtime-config entry are out again: the manifests are byte for byte as before the gate
+    # was added, each component restarted once, the API is no longer served and the gate is off everywhere
+    assert manifest_bytes() == manifests
+    assert generations() == {c: n + 1 for c, n in gens.items()}
+    assert API not in served(kubectl)
+    assert {c: v["gate"] for c, v in gate_values().items()} == dict.fromkeys(COMPONENTS, 0.0)
+    assert cluster_configuration(kubectl) == config
+    rc, out, _ = run_playbook({"gpusplit_feature_gates": {GATE: "absent"}})
+    assert rc == 0 and recap(out)["changed"] == 0, out[-4000:]
+    assert generations() == {c: n + 1 for c, n in gens.items()}

@@ -1,6 +1,7 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""The steps of the role gpu_unsplit (playbooks/unsplit.yml, docs/undo.md). Private to the collection."""
+"""The steps that take gpusplit back: the role gpu_unsplit (playbooks/unsplit.yml, docs/undo.md), and a gate set to
+``absent`` in the role control_plane_gates. Private to the collection."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils._steps.registry impor
 )
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
+cp_gates = lazy("module_utils._control_plane.gates")
 host_play_lib = lazy("plugin_utils.host_play")
 unsplit = lazy("plugin_utils.unsplit")
 verify = lazy("module_utils._split.verify")
@@ -167,3 +169,42 @@ def unsplit_wait(inputs, context):
         context.sleep(delay)
     seconds = round(time.monotonic() - start, 1)
     return {"ok": not left, "left": left, "seconds": seconds, "lowest": lowest, "lines": lines}
+
+
+def _gated_kinds(api):
+    """``("group/version", [Kind, ...])`` of a catalog entry's ``api`` text (``"scheduling.k8s.io/v1beta1 Workload,
+    PodGroup"``); None for an API on by default (nothing gpusplit switched on)."""
+    if not isinstance(api, str) or "on by default" in api or " " not in api:
+        return None
+    version, kinds = api.split(" ", 1)
+    return version, [k.strip() for k in kinds.split(",") if k.strip()]
+
+
+@step
+def cp_gates_absent(inputs, context):
+    """gpusplit_feature_gates split into ``set`` (name: value, what is merged) and ``absent`` (the names set to
+    ``absent``: taken out of the flags), with ``remove_runtime_config`` (the --runtime-config entries gpusplit adds
+    for the absent gates at ``version``) and ``queries`` (one per kind of object the absent gates' APIs serve: while
+    one exists, taking the gate out is refused).
+
+    inputs: gates, version.
+    """
+    gates = mapping_input(inputs, "gates")
+    absent = sorted(
+        name for name, value in gates.items() if isinstance(value, str) and value.lower() == "absent"
+    )
+    remove, queries = {}, []
+    for name in absent:
+        spec = cp_gates.spec_at(name, inputs.get("version")) if inputs.get("version") else None
+        if spec is None:
+            continue
+        remove.update(spec["runtime_config"])
+        gated = _gated_kinds(spec["api"])
+        if gated:
+            queries.extend({"gate": name, "api_version": gated[0], "kind": kind} for kind in gated[1])
+    return {
+        "set": {name: value for name, value in gates.items() if name not in absent},
+        "absent": absent,
+        "remove_runtime_config": sorted(remove),
+        "queries": queries,
+    }

@@ -285,3 +285,36 @@ def test_the_wait_step_gives_up_after_its_time_naming_the_nodes_left():
     entries = [{"node": "a", "resource": "nvidia.com/gpu", "expected": 8}]
     out = run_step("unsplit_wait", {"nodes": entries, "until": "stock", "wait_seconds": 3}, context)
     assert not out["ok"] and out["left"] == ["a"]
+
+
+# ---------------------------------------------------------------------------------------------
+# a feature gate set to absent (role control_plane_gates)
+
+
+def test_an_absent_gate_is_split_from_the_set_ones_with_its_runtime_config_and_its_objects():
+    out = run_step(
+        "cp_gates_absent",
+        {"gates": {"GenericWorkload": "absent", "DRAAdminAccess": True}, "version": "1.37.2"},
+        StepContext(),
+    )
+    assert out["set"] == {"DRAAdminAccess": True} and out["absent"] == ["GenericWorkload"]
+    assert out["remove_runtime_config"] == ["scheduling.k8s.io/v1beta1"]
+    assert [(q["api_version"], q["kind"]) for q in out["queries"]] == [
+        ("scheduling.k8s.io/v1beta1", "Workload"),
+        ("scheduling.k8s.io/v1beta1", "PodGroup"),
+    ]
+
+
+def test_an_absent_gate_on_an_older_release_takes_that_releases_api_version_out():
+    out = run_step(
+        "cp_gates_absent", {"gates": {"GenericWorkload": "absent"}, "version": "1.35.4"}, StepContext()
+    )
+    assert out["remove_runtime_config"] == ["scheduling.k8s.io/v1alpha1"]
+    assert [q["kind"] for q in out["queries"]] == ["Workload"]  # no PodGroup before 1.36
+
+
+def test_a_gate_whose_api_is_on_by_default_has_no_objects_to_check():
+    out = run_step(
+        "cp_gates_absent", {"gates": {"DRADeviceTaintRules": "absent"}, "version": "1.37.2"}, StepContext()
+    )
+    assert out["remove_runtime_config"] == [] and out["queries"] == []
