@@ -1,7 +1,11 @@
 """The lab's real node lab-node-01 (lab/node.py): a kubelet of the lab's Kubernetes version on
 containerd, runc and the CNI plugins, joined to the lab's apiserver; a pod runs on it from the lab's
-own images; gpusplit's gpu_pod_resources reads the real kubelet's pod-resources socket; and `lab down`
-leaves no process, mount, cgroup or bridge of it behind.
+own images; gpusplit's gpu_pod_resources reads the real kubelet's pod-resources socket; the lab's
+device plugin registers with the real kubelet, which allocates its GPUs; a GPU pod starts through the
+NVIDIA container runtime and the toolkit's hook; gpusplit's hardening of the toolkit's config.toml
+keeps host GPUs from a pod that names them in its env; a pod keeps its GPU when the plugin stops
+advertising it (k8s-device-plugin#313) until evicted; and `lab down` leaves no process, mount,
+cgroup or bridge of it behind.
 
 Where the kubelet cannot run here (a capability, cgroups, a binary missing) these tests fail with
 what is missing, as `lab up` recorded it; they are never skipped.
