@@ -32,6 +32,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.messages im
 from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.report import diagnose
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import GPU_RESOURCE_PREFIXES
 from ansible_collections.gpusplit.k8s.plugins.modules import gpu_pending_diagnose as module
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.output_digest import json_digest
 from lab import nodes as labnodes
 from lab.lab import TRANSIENT_ERRORS as TRANSIENT
 
@@ -689,7 +690,8 @@ def test_playbook_writes_pending_json_table_and_fleet_svg(scene, kubectl, lab, t
             }
         }
     }
-    # in the order verify.yml writes them: a report older than its plan is not drawn
+    # the report names the plan it verified, as fleet_verify's report does (its digest)
+    report["plan_digest"] = json_digest(plan)
     (out / "fleet-plan.json").write_text(json.dumps(plan))
     (out / "fleet-report.json").write_text(json.dumps(report))
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
