@@ -17,7 +17,6 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils._steps.registry impor
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
 api_versions = lazy("module_utils._k8s.api_versions")
-api_versions = lazy("module_utils._k8s.api_versions")
 compare = lazy("module_utils._k8s.compare")
 dra_names = lazy("module_utils._dra.names")
 dra_published = lazy("plugin_utils._dra.published")
@@ -34,30 +33,6 @@ stock_plugin = lazy("plugin_utils.stock_plugin")
 
 # the label selector of gpusplit's split device-plugin DaemonSets (what the prune may remove)
 SPLIT_PLUGIN_SELECTOR = "app.kubernetes.io/managed-by=gpusplit,app.kubernetes.io/name=gpusplit-device-plugin"
-
-
-# --------------------------------------------------------------------------------------------
-# every role that writes or reads a versioned API
-
-
-@step
-def cluster_api_versions(inputs, context):
-    """``api_versions``: per use (module_utils/_k8s/api_versions.py APIS), the group/version the cluster serves it
-    in, None where it serves none gpusplit speaks; ``refusals``: per such use, why, with the version it needs and the
-    gates and runtime-config that serve it on the cluster's release; ``kubernetes_version``: the server's.
-
-    inputs: cluster_info (kubernetes.core.k8s_cluster_info's result), uses.
-    """
-    info = mapping_input(inputs, "cluster_info")
-    server = mapping_input(mapping_input(info, "version"), "server")
-    git_version = mapping_input(server, "kubernetes").get("gitVersion")
-    uses = list_input(inputs, "uses")
-    unknown = [use for use in uses if use not in api_versions.APIS]
-    if unknown:
-        raise api_versions.ApiVersionError(
-            f"uses: unknown {', '.join(map(str, unknown))} (known: {', '.join(api_versions.APIS)})"
-        )
-    return api_versions.choose(uses, info.get("apis"), git_version)
 
 
 # --------------------------------------------------------------------------------------------
@@ -235,9 +210,6 @@ def dra_split_objects(inputs, context):
     rules = dra_render.host_share_rules(
         inputs.get("plan"), inputs.get("effect", "NoSchedule"), inputs.get("slices")
     )
-    # the version the cluster serves (cluster_api_versions); resource.k8s.io/v1 as rendered otherwise
-    if inputs.get("api_version"):
-        rules = api_versions.with_version(rules, "device_taint_rule", inputs["api_version"])
     # the version the cluster serves (cluster_api_versions); resource.k8s.io/v1 as rendered otherwise
     if inputs.get("api_version"):
         rules = api_versions.with_version(rules, "device_taint_rule", inputs["api_version"])
