@@ -40,7 +40,8 @@ def unsplit_plan(inputs, context):
     per planned host, where gpusplit's host files are (from the host play of the plan as it was); ``lines``: what
     the run undoes on each host.
 
-    inputs: plan, to, host_files, defaults (gpu_host's, by inventory variable).
+    inputs: plan, to, host_files, defaults (gpu_host's, by inventory variable), hosts (the hosts of the play: those
+    not planned, unreachable or whose discovery failed, are ``unreached`` and left as they are, cluster side too).
     """
     plan = mapping_input(inputs, "plan")
     to = inputs.get("to")
@@ -67,7 +68,12 @@ def unsplit_plan(inputs, context):
             f"{host}: {run['toolkit_config']}: {toolkit}; {share['env_path']} and gpusplit's drop-ins removed"
             + ("" if mode == "keep" else f"; {share['state_path']} removed")
         )
-    return {"plan": unsplit.unsplit_plan(plan, to), "hosts": hosts, "lines": lines}
+    unreached = sorted(h for h in list_input(inputs, "hosts") if h not in (plan.get("nodes") or {}))
+    lines.extend(
+        f"{host}: not reached (unreachable, or its discovery failed): left as it is, on the host and in the cluster"
+        for host in unreached
+    )
+    return {"plan": unsplit.unsplit_plan(plan, to), "hosts": hosts, "lines": lines, "unreached": unreached}
 
 
 @step

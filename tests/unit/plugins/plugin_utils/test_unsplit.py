@@ -318,3 +318,12 @@ def test_a_gate_whose_api_is_on_by_default_has_no_objects_to_check():
         "cp_gates_absent", {"gates": {"DRADeviceTaintRules": "absent"}, "version": "1.37.2"}, StepContext()
     )
     assert out["remove_runtime_config"] == [] and out["queries"] == []
+
+
+def test_the_plan_step_names_the_hosts_it_did_not_reach_and_leaves_them_alone():
+    plan = one_node_plan()
+    context = StepContext(hostvars={"a-dp": {}, "gone-01": {}}, groups={"all": ["a-dp", "gone-01"]})
+    out = run_step("unsplit_plan", {"plan": plan, "to": "host", "hosts": ["a-dp", "gone-01"]}, context)
+    assert out["unreached"] == ["gone-01"] and list(out["plan"]["nodes"]) == ["a-dp"]
+    assert any(line.startswith("gone-01: not reached") for line in out["lines"])
+    assert out["hosts"]["a-dp"]["state_path"].endswith("/etc/gpusplit/host-state.json")
