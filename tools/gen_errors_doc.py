@@ -65,6 +65,7 @@ CAPABILITIES = (
             "module_utils/_split/inputs.py",
             "module_utils/_split/selectors.py",
             "module_utils/_split/planner.py",
+            "module_utils/_split/fleet_identity.py",
             "module_utils/_split/sharing.py",
             "module_utils/_split/mig_geometry.py",
             "module_utils/_split/modes.py",
@@ -98,7 +99,18 @@ CAPABILITIES = (
         "Changing the split of a busy fleet",
         "The re-split (role `gpu_resplit`, `playbooks/resplit.yml`): the policy for pods that hold a GPU "
         "leaving the Kubernetes share, host processes on GPUs going to Kubernetes, the batch size.",
-        ("plugin_utils/resplit.py", "plugin_utils/resplit_inventory.py", "filter/resplit.py"),
+        (
+            "plugin_utils/resplit.py",
+            "plugin_utils/resplit_inventory.py",
+            "plugin_utils/rollout.py",
+            "filter/resplit.py",
+        ),
+    ),
+    (
+        "Taking a split back",
+        "The unsplit (role `gpu_unsplit`, `playbooks/unsplit.yml`): its settings, the device plugin the "
+        "nodes go back to, and `gpu_host_undo`, which takes gpusplit's host files back (docs/undo.md).",
+        ("plugin_utils/unsplit.py", "module_utils/_host/host_files_undo.py", "modules/gpu_host_undo.py"),
     ),
     (
         "Evicting pods for a re-split",
