@@ -27,6 +27,7 @@ options:
     type: str
     required: true
     choices:
+      - cluster_api_versions
       - cp_component_error
       - cp_detect
       - cp_gates_absent
@@ -102,6 +103,7 @@ errors:
 from ansible.module_utils.basic import AnsibleModule
 
 STEPS = (
+    "cluster_api_versions",
     "cp_component_error",
     "cp_detect",
     "cp_gates_absent",

@@ -650,6 +650,6 @@ def test_playbook_rolls_one_node_at_a_time_and_stops_on_the_first_failure():
     plays = yaml.safe_load((ROOT / "playbooks" / "feature_gates.yml").read_text())
     preflight, rollout = plays
     assert preflight["any_errors_fatal"] is True and "serial" not in preflight
-    assert preflight["tasks"][0]["ansible.builtin.include_role"]["tasks_from"] == "preflight.yml"
+    assert preflight["tasks"][0]["ansible.builtin.include_role"]["tasks_from"] == "preflight"
     assert rollout["serial"] == 1 and rollout["max_fail_percentage"] == 0
     assert rollout["roles"] == [{"role": "gpusplit.k8s.control_plane_gates"}]
