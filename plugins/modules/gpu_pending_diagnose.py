@@ -77,9 +77,9 @@ try:
 except ImportError:  # reported by require_kubernetes()
     pass
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import api_versions
 from ansible_collections.gpusplit.k8s.plugins.module_utils._diagnose.report import diagnose, report_table
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import api_versions
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
     API_ERRORS,
     CLUSTER_ARGS,
@@ -95,7 +95,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling impor
     wants_gpu,
 )
 
-# the API groups whose served versions decide what is read (module_utils/_k8s/api_versions.py picks them)
+# the API groups whose served versions decide what is read (module_utils/_control_plane/api_versions.py picks them)
 GROUPS = ("scheduling.k8s.io", "resource.k8s.io")
 DRA_KINDS = {
     "slices": "ResourceSlice",

@@ -3,7 +3,7 @@
 These tests run on the release of the session's lab: the default (1.37.2) in `make test`, another with
 GPUSPLIT_KUBE_VERSION=<release> and a lab folder of its own (docs/lab.md, "Kubernetes releases"). What
 each release serves is asked of its real kube-apiserver; the expectations per minor come from the
-Kubernetes sources (plugins/module_utils/_k8s/api_versions.py names them).
+Kubernetes sources (plugins/module_utils/_control_plane/api_versions.py names them).
 
 * the control plane runs the release's own binaries, the nodes report it, and kubectl is within the
   one minor version of skew kubectl supports;
@@ -24,7 +24,10 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.api_versions import ApiVersionError, pick
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.api_versions import (
+    ApiVersionError,
+    pick,
+)
 from lab import components as C
 from lab import lab as labctl
 

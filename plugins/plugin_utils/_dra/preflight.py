@@ -2,7 +2,7 @@
 # Apache-2.0
 """The DRA preflight: every check the DRA driver and DRA-mode split need, over gathered data. Private to the collection.
 
-resource.k8s.io/v1 (and DeviceTaintRule in a version gpusplit writes: module_utils/_k8s/api_versions.py) served,
+resource.k8s.io/v1 (and DeviceTaintRule in a version gpusplit writes: module_utils/_control_plane/api_versions.py) served,
 Kubernetes >= 1.34.2, NVIDIA driver >= 565,
 CDI enabled in containerd (from its config and imports), no device plugin on a DRA node.
 ``preflight`` never raises: it returns every check with its result (``preflight_table``).
@@ -10,8 +10,8 @@ CDI enabled in containerd (from its config and imports), no device plugin on a D
 
 from __future__ import annotations
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import api_versions
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import API_GROUP_VERSION, DraError
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s import api_versions
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import APP_NAME, LABEL_NAME
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import format_version, parse_version
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.chart import deep_merge

@@ -16,7 +16,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils._steps.registry impor
 )
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
-api_versions = lazy("module_utils._k8s.api_versions")
+api_versions = lazy("module_utils._control_plane.api_versions")
 compare = lazy("module_utils._k8s.compare")
 dra_names = lazy("module_utils._dra.names")
 dra_published = lazy("plugin_utils._dra.published")
@@ -41,7 +41,7 @@ SPLIT_PLUGIN_SELECTOR = "app.kubernetes.io/managed-by=gpusplit,app.kubernetes.io
 
 @step
 def cluster_api_versions(inputs, context):
-    """``api_versions``: per use (module_utils/_k8s/api_versions.py APIS), the group/version the cluster serves it
+    """``api_versions``: per use (module_utils/_control_plane/api_versions.py APIS), the group/version the cluster serves it
     in, None where it serves none gpusplit speaks; ``refusals``: per such use, why, with the version it needs and the
     gates and runtime-config that serve it on the cluster's release; ``kubernetes_version``: the server's.
 

@@ -1,10 +1,10 @@
-"""_k8s/api_versions: the group/version of each versioned API, from what the cluster serves, or a refusal."""
+"""_control_plane/api_versions: the group/version of each versioned API, from what the cluster serves, or a refusal."""
 
 from __future__ import annotations
 
 import pytest
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.api_versions import (
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.api_versions import (
     APIS,
     ApiVersionError,
     choose,
