@@ -19,7 +19,7 @@ export GPUSPLIT_KUBE_VERSION := $(K8S)
 endif
 export PATH := $(if $(K8S),$(CURDIR)/.lab/bin/$(K8S):)$(CURDIR)/$(BIN):$(CURDIR)/.lab/bin:$(PATH)
 
-.PHONY: venv legs-venv test-matrix demo test lint unit integration bench lab-build lab-up lab-down lab-status lab-reset clean dist changelog multi-python bench-fleet
+.PHONY: venv legs-venv test-matrix demo test lint unit integration bench lab-build lab-build-default lab-up lab-down lab-status lab-reset clean dist changelog multi-python bench-fleet
 
 venv: $(VENV)/.done $(COLL_LINK)
 
@@ -47,6 +47,11 @@ $(COLL_LINK):
 
 lab-build: venv
 	K8S=$(K8S) lab/build.sh all
+
+# what make test, demo, integration and bench use: the default release only (K8S=<version> picks another);
+# the other releases of KUBE_VERSIONS are built by lab-build and make test-matrix
+lab-build-default: venv
+	K8S=$(or $(K8S),$(KUBE_DEFAULT)) lab/build.sh all
 
 # builds (or finds cached) the binaries of the release it starts only
 lab-up: venv
@@ -89,7 +94,7 @@ changelog: venv
 unit: venv
 	$(BIN)/pytest -m "not integration" tests
 
-integration: lab-build
+integration: lab-build-default
 	$(BIN)/pytest -m integration tests
 
 # the lab's tests run in two pytest-xdist groups (lab-a, lab-b), each on a worker and a lab of its
@@ -99,7 +104,7 @@ integration: lab-build
 # test: on ansible-core 2.20 and 2.19 the unit tests and ansible-test sanity, each in its own venv,
 # and on 2.19 the lab's split, verify and SSH host tests on a lab of its own). Their output is
 # printed after pytest's, and any of them failing fails the target.
-test: venv legs-venv lab-build lint
+test: venv legs-venv lab-build-default lint
 	@rm -f $(VENV)/multi-python.rc $(VENV)/legs.rc; \
 	( $(BIN)/python tools/multi_python_tests.py --edges > $(VENV)/multi-python.log 2>&1; echo $$? > $(VENV)/multi-python.rc ) & mp=$$!; \
 	( $(BIN)/python tools/legs.py test > $(VENV)/legs.log 2>&1; echo $$? > $(VENV)/legs.rc ) & legs=$$!; \
@@ -128,7 +133,7 @@ test-matrix: venv legs-venv lab-build
 multi-python: venv
 	$(BIN)/python tools/multi_python_tests.py
 
-bench: venv lab-build
+bench: venv lab-build-default
 	GPUSPLIT_BENCH_APPLY=1 GPUSPLIT_BENCH_MEMORY=1 $(BIN)/pytest tests/bench --benchmark-enable -s
 
 # fleet-scale cost of site.yml on the lab (docs/performance.md); not part of make test
