@@ -467,6 +467,12 @@ def render():
         "stops with every reason at once and before anything is changed. Python's own error text never",
         "reaches you: a filter that fails inside names its arguments' shapes instead (see *Every filter*).",
         "",
+        "Every option and inventory field that takes a number is checked one way, before anything runs: a",
+        "finite number (nan and infinity refused), in the field's range, whole where it must be, written in",
+        "ASCII digits. Its message names the field, what it takes and what was given, for example",
+        "`timeout: expected a number of seconds above 0 and at most 3600, got inf` or",
+        "`replicas: expected a whole number of at least 2, got 1.5`.",
+        "",
         f"{total} messages in {sum(len(files) for files in found.values())} files of plugins/, and "
         f"{sum(len(m) for m in in_yaml.values())} in {len(in_yaml)} files of the roles and playbooks.",
         "",
