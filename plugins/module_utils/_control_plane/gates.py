@@ -31,8 +31,8 @@ storage_*.go`` (which versions serve which resources, and behind which gate),
 by ``--runtime-config`` at all).
 
 Where the stored sources say nothing (the "merged into GenericWorkload" wording for GangScheduling
-and WorkloadAwarePreemption), the catalog follows DESIGN.md section 3 and the user's seed 000; the
-v1.37.2 tree supports it: test/e2e/scheduling/gang_scheduling.go:35 and
+and WorkloadAwarePreemption), the catalog keeps that wording because the v1.37.2 tree bears it
+out: test/e2e/scheduling/gang_scheduling.go:35 and
 test/e2e/scheduling/workload_aware_preemption.go:61 now run under ``features.GenericWorkload``.
 """
 

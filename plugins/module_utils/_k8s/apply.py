@@ -240,7 +240,7 @@ class Cluster:
         if namespace and res.namespaced:
             kwargs["namespace"] = namespace
         # the answer's JSON as it is: the dynamic client's ResourceInstance wrapping and to_dict()
-        # back would cost most of the read at fleet size (docs/performance.md, seventh round)
+        # back would cost most of the read at fleet size (docs/dev/measurements.md)
         answer = self.client.get(res, serialize=False, **kwargs)
         items = json.loads(answer.data).get("items") or []
         for item in items:

@@ -118,7 +118,7 @@ def list_json(call, *args, **kwargs):
 
     The answer's JSON is read as it is (``_preload_content=False``): the client's models and
     ``sanitize_for_serialization`` back to dicts would cost most of a read at fleet size, for
-    dicts of the same shape (docs/performance.md, seventh round).
+    dicts of the same shape (docs/dev/measurements.md).
     """
     answer = call(*args, _preload_content=False, **kwargs)
     return json.loads(answer.data).get("items") or []
@@ -131,7 +131,7 @@ def get_json(api, path, **query):
 
     No typed API class on the way: the client (37.x) builds the pydantic models of a whole API group when its
     class is first used, ``CoreV1Api`` about 0.6 s of CPU, which a verify or a diagnosis paid for two lists
-    whose JSON it reads as it is (docs/performance.md, sixteenth round)."""
+    whose JSON it reads as it is (docs/dev/measurements.md)."""
     from kubernetes.client.exceptions import ApiException
 
     params = [(_camel(key), value) for key, value in query.items() if value is not None]

@@ -9,7 +9,7 @@ once, before any request; :func:`read_queries` sends one LIST per query through 
 
 What a read returns goes back to the controller as the module's result, and Ansible's handling of a
 result (decoding, copying, the callbacks) costs in proportion to its size: at fleet size that was most
-of a read (docs/performance.md, eighth round). So every object comes back without
+of a read (docs/dev/measurements.md). So every object comes back without
 ``metadata.managedFields`` (which ``kubectl get`` hides too, and which is half of a pod or a node), and
 a query may keep only the ``fields`` its caller reads (:func:`project`).
 """

@@ -323,7 +323,7 @@ def _facts_problems(facts_by_host):
 # What verify_fleet reads of a node plan and of each GPU of a host's facts, as paths (``gpus.uuid``: the
 # uuid of each item of the list gpus). The action plugin of fleet_verify sends the module only these
 # (verify_inputs): the whole plan and every host's facts were most of the module's arguments at fleet size
-# (docs/performance.md, ninth round). The unit tests record what verify_fleet reads of whole inputs and fail
+# (docs/dev/measurements.md). The unit tests record what verify_fleet reads of whole inputs and fail
 # where a read is not here.
 NODE_PLAN_READS = (
     "mode",
