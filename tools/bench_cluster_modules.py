@@ -38,7 +38,7 @@ measured run (a read through each module, not counted), as on a controller that 
 ``--cold-discovery`` empties it before every run instead, as a job in a fresh execution environment starts.
 Each job checks that both modules did the same work (what the cluster holds afterwards, or the
 same counts read); nothing is asserted about time. Needs the lab (``python -m lab.lab up``); it creates its own
-nodes (``cmb-0000``...) and namespace and deletes them at the end. Recorded runs: docs/performance.md.
+nodes (``cmb-0000``...) and namespace and deletes them at the end. Current figures: docs/performance.md.
 
     python tools/bench_cluster_modules.py [--nodes 200] [--trials 2] [--jobs read,apply,taint,evict]
                                           [--json out/bench-cluster-modules.json] [--keep DIR] [--cold-discovery]

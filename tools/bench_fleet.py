@@ -27,7 +27,7 @@ At the end, seconds per host: the slope between the two largest N of the first r
 controller's CPU of each and the hosts' module CPU of the re-run; and, at the largest N, the controller's
 CPU per host of each run and the re-run's controller CPU as a share of the first run's. The bench's Nodes,
 host roots and per-node DaemonSets are deleted after each N. Needs the lab (``python -m lab.lab up``); see
-docs/performance.md for recorded runs.
+docs/performance.md for the current figures and docs/dev/measurements.md for recorded runs.
 
     python tools/bench_fleet.py [--sizes 10,50,200] [--forks 20] [--json out/bench-fleet.json]
 """

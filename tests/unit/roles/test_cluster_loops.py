@@ -2,8 +2,7 @@
 
 A loop runs its items one after the other in one worker on the controller, each item a module execution
 that loads the kubernetes client and reads the API again: about a second per item. Over the nodes of a
-fleet that is minutes per run, changed or not (the GPU taint and the DRA preflight did that until the ninth
-round of docs/performance.md). What reads or changes many nodes does it in one module execution
+fleet that is minutes per run, changed or not (docs/dev/measurements.md). What reads or changes many nodes does it in one module execution
 (cluster_read, cluster_apply, node_taints).
 
 Every loop of a cluster module in the roles and playbooks is listed here with what it goes over, none of
