@@ -78,7 +78,10 @@ APIS: dict[str, dict] = {
         "kinds": ("PodGroup",),
         "versions": ("scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha2"),
         "gates": {"1.36": ("GenericWorkload", "GangScheduling"), "1.37": ("GenericWorkload",)},
-        "newest": "Kubernetes 1.35 has no PodGroup (its scheduling.k8s.io/v1alpha1 serves Workload only); 1.36 serves PodGroup as scheduling.k8s.io/v1alpha2, 1.37 as v1beta1 (GenericWorkload on)",
+        "newest": (
+            "Kubernetes 1.35 has no PodGroup (its scheduling.k8s.io/v1alpha1 serves Workload only); "
+            "1.36 serves PodGroup as scheduling.k8s.io/v1alpha2, 1.37 as v1beta1 (GenericWorkload on)"
+        ),
     },
     "workload": {
         "use": "a Workload",

@@ -49,7 +49,7 @@ ARGUMENT_SPEC = {
     "host_files": {"type": "str", "choices": list(MODES), "default": "restore"},
     "state_path": {"type": "path", "required": True},
     "toolkit_path": {"type": "path"},
-    "toolkit_keys": {"type": "list", "elements": "str", "default": sorted(TOOLKIT_DEFAULTS)},
+    "toolkit_keys": {"type": "list", "elements": "str", "default": sorted(TOOLKIT_DEFAULTS), "no_log": False},
     "env_path": {"type": "path"},
     "dropin_dir": {"type": "path"},
     "dropin_name": {"type": "str", "default": "50-gpusplit.conf"},
