@@ -11,6 +11,8 @@ Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gp
 
 from __future__ import annotations
 
+from ansible.errors import AnsibleFilterError
+
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.filter_errors import filters as wrap_filters
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
@@ -29,10 +31,13 @@ def node_plan(facts, host, mode, split=None, mig_strategy="none", exclude_unheal
     return planner.plan_node(host, facts, mode, split, mig_strategy, exclude_unhealthy, node_name)
 
 
-def fleet_plan(hosts):
+def fleet_plan(hosts, distinct_gpus=True):
     """The split plan of every host: {host: {facts, mode, split, ...}} -> {nodes, summary, warnings}. Hosts that
-    report the same GPU UUID (one machine in the inventory twice) are refused with the rest."""
-    return planner.plan_fleet(hosts, distinct_gpus=True)
+    report the same GPU UUID (one machine in the inventory twice) are refused with the rest, unless
+    ``distinct_gpus`` is false (a simulated fleet whose hosts share GPU fixtures)."""
+    if not isinstance(distinct_gpus, bool):
+        raise AnsibleFilterError(f"fleet_plan: distinct_gpus must be true or false, got {distinct_gpus!r}")
+    return planner.plan_fleet(hosts, distinct_gpus=distinct_gpus)
 
 
 def plan_table(plan):

@@ -36,6 +36,8 @@ def test_one_machine_in_the_inventory_twice_is_refused_before_any_change(lab, tm
         "-e",
         "gpusplit_hosts=lab-ws-01,lab-ws-01.example.com",
         "-e",
+        "gpusplit_distinct_gpu_uuids=true",
+        "-e",
         f"gpusplit_out_dir={out}",
     )
     text = proc.stdout + proc.stderr
