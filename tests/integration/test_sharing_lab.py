@@ -155,7 +155,8 @@ def busy(shared_node, kubectl):
         kubectl("apply", "-f", "-", stdin=json.dumps(shared_pod(ns, "nb-8")))
         yield ns
     finally:
-        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+        # waited for: the node's restore in shared_node's teardown must not find these pods half gone
+        kubectl("delete", "namespace", ns, "--wait=true", "--timeout=180s", check=False)
 
 
 def test_eight_pods_run_and_diagnose_explains_the_ninth(busy):
