@@ -90,10 +90,11 @@ def test_the_real_node_joined_the_lab_with_its_sockets_under_its_root_dir(real_n
     for sock in (node.DEVICE_PLUGIN_SOCKET, node.POD_RESOURCES_SOCKET):
         assert sock.is_socket(), sock
         assert sock.is_relative_to(C.HOSTS_ROOT / node.NAME / "var/lib/kubelet"), sock
-    argv = Path(f"/proc/{real_node['kubelet_pid']}/cmdline").read_bytes().decode().split("\0")
-    assert "--root-dir=/var/lib/kubelet" in argv
+    proc = Path("/proc", str(real_node["kubelet_pid"]))
+    argv = (proc / "cmdline").read_bytes().decode().split("\0")
+    assert f"--root-dir={node.NS_KUBELET_DIR}" in argv
     # which, in the node's mount namespace, is the node's own root dir
-    seen = Path(f"/proc/{real_node['kubelet_pid']}/root/var/lib/kubelet").stat()
+    seen = (proc / "root" / node.NS_KUBELET_DIR.relative_to("/")).stat()
     assert (seen.st_dev, seen.st_ino) == (node.KUBELET_DIR.stat().st_dev, node.KUBELET_DIR.stat().st_ino)
     # the images were built here and imported: no registry was reached
     images = node.ctr("images", "ls", "-q").stdout.split()
