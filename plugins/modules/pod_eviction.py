@@ -97,7 +97,7 @@ already_gone:
   type: list
   elements: dict
 terminating:
-  description: The pods that were already being deleted; not evicted, but waited for.
+  description: The pods that were already being deleted, or whose namespace is (the apiserver refuses their eviction); not evicted, but waited for.
   returned: always
   type: list
   elements: dict

@@ -60,18 +60,25 @@ def node_share(kubectl, core_api) -> tuple[list[str], bool]:
         }
         kubectl("apply", "-f", "-", stdin=json.dumps(ds))
         created = True
-        running = kubectl.wait_for(
-            lambda: dp.running_plugins(api).get(NODE), timeout=120, what="a plugin on lab-dgx-01"
+    try:
+        if created:
+            running = kubectl.wait_for(
+                lambda: dp.running_plugins(api).get(NODE), timeout=120, what="a plugin on lab-dgx-01"
+            )
+        container = dp.plugin_container(running[-1][1])
+        uuids = dp.advertised_ids(dp.visible_gpus(gpus, container), dp.mig_strategy(container))[dp.RESOURCE]
+        kubectl.wait_for(
+            lambda: (
+                kubectl.json("get", "node", NODE)["status"]["allocatable"].get(dp.RESOURCE) == str(len(uuids))
+            ),
+            timeout=60,
+            what=f"{NODE} to advertise {len(uuids)} GPUs",
         )
-    container = dp.plugin_container(running[-1][1])
-    uuids = dp.advertised_ids(dp.visible_gpus(gpus, container), dp.mig_strategy(container))[dp.RESOURCE]
-    kubectl.wait_for(
-        lambda: (
-            kubectl.json("get", "node", NODE)["status"]["allocatable"].get(dp.RESOURCE) == str(len(uuids))
-        ),
-        timeout=60,
-        what=f"{NODE} to advertise {len(uuids)} GPUs",
-    )
+    except BaseException:
+        # a plugin the test started never outlives it: a later play would find an unmanaged plugin
+        if created:
+            kubectl("-n", "default", "delete", "daemonset", PROBE_DS, "--ignore-not-found", check=False)
+        raise
     return uuids, created
 
 

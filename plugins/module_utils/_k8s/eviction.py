@@ -286,12 +286,19 @@ def still_there_text(ref, pod, waited):
     )
 
 
+# the cause the apiserver gives when it refuses new content in a namespace being deleted
+# (k8s.io/api core/v1 NamespaceTerminatingCause)
+NAMESPACE_TERMINATING = "NamespaceTerminating"
+
+
 def answer_from_error(status, reason, body):
     """What an error answer to an Eviction means: ``{"outcome", "status", "reason", "message"}``.
 
     ``outcome`` is ``gone`` for 404 (the pod is not there) and for 409 of the uid precondition (the
-    name belongs to another pod now), else ``refused``; ``message`` is the apiserver's message
-    followed by the causes it gives (for a budget: which one, and why).
+    name belongs to another pod now), ``terminating`` for 403 because the pod's namespace is being
+    deleted (the apiserver's NamespaceLifecycle admission refuses any new object there, an Eviction
+    too, and the namespace's deletion removes the pod anyway), else ``refused``; ``message`` is the
+    apiserver's message followed by the causes it gives (for a budget: which one, and why).
     """
     parsed = {}
     if isinstance(body, (bytes, bytearray)):
@@ -304,11 +311,8 @@ def answer_from_error(status, reason, body):
     if not isinstance(parsed, dict):
         parsed = {}
     message = str(parsed.get("message") or reason or "").strip()
-    causes = [
-        str(c.get("message")).strip()
-        for c in ((parsed.get("details") or {}).get("causes") or [])
-        if isinstance(c, dict) and c.get("message")
-    ]
+    given = [c for c in ((parsed.get("details") or {}).get("causes") or []) if isinstance(c, dict)]
+    causes = [str(c.get("message")).strip() for c in given if c.get("message")]
     if causes:
         message = f"{message} ({'; '.join(causes)})" if message else "; ".join(causes)
     answer = {"status": status, "reason": str(parsed.get("reason") or reason or ""), "message": message}
@@ -316,6 +320,11 @@ def answer_from_error(status, reason, body):
         return dict(answer, outcome="gone", why="not found")
     if status == 409 and "precondition" in message.lower():
         return dict(answer, outcome="gone", why=f"replaced: {message}")
+    if status == 403 and (
+        any(c.get("reason") == NAMESPACE_TERMINATING for c in given)
+        or "because it is being terminated" in message
+    ):
+        return dict(answer, outcome="terminating")
     return dict(answer, outcome="refused")
 
 
@@ -446,6 +455,8 @@ def run(api, request, check_mode, result, clock=time.monotonic, sleep=time.sleep
             result["would_evict"].append(entry)
         elif answer["outcome"] == "gone":
             result["already_gone"].append(dict(entry, why=answer["why"]))
+        elif answer["outcome"] == "terminating":
+            result["terminating"].append(entry)
         else:
             blocked.append(
                 dict(entry, status=answer["status"], reason=answer["reason"], message=answer["message"])
@@ -479,6 +490,8 @@ def run(api, request, check_mode, result, clock=time.monotonic, sleep=time.sleep
                 result["changed"] = True
             elif answer["outcome"] == "gone":
                 result["already_gone"].append(dict(entry, why=answer["why"]))
+            elif answer["outcome"] == "terminating":
+                result["terminating"].append(entry)
             elif answer["status"] == 429:
                 waiting.append(
                     dict(entry, status=answer["status"], reason=answer["reason"], message=answer["message"])

@@ -453,6 +453,46 @@ def test_a_budget_blocks_everything_and_is_named():
     )
 
 
+# the apiserver's answer to an Eviction in a namespace being deleted (NamespaceLifecycle admission)
+NAMESPACE_GOING = (
+    '{"kind": "Status", "apiVersion": "v1", "status": "Failure", "message": "pods \\"a\\" is forbidden: '
+    'unable to create new content in namespace team because it is being terminated", "reason": "Forbidden", '
+    '"details": {"name": "a", "kind": "pods", "causes": [{"reason": "NamespaceTerminating", '
+    '"message": "namespace team is being terminated", "field": "metadata.namespace"}]}, "code": 403}'
+)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        NAMESPACE_GOING,
+        # the cause alone, or the message alone, says it
+        '{"message": "forbidden", "details": {"causes": [{"reason": "NamespaceTerminating"}]}}',
+        '{"message": "unable to create new content in namespace team because it is being terminated"}',
+    ],
+)
+def test_a_namespace_being_deleted_means_the_pod_is_leaving(body):
+    assert ev.answer_from_error(403, "Forbidden", body)["outcome"] == "terminating"
+    # the same words from another status, or a cause of another reason, are a refusal
+    assert ev.answer_from_error(500, "Internal Server Error", body)["outcome"] == "refused"
+    other = '{"message": "forbidden", "details": {"causes": [{"reason": "FieldValueForbidden"}]}}'
+    assert ev.answer_from_error(403, "Forbidden", other)["outcome"] == "refused"
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_a_pod_whose_namespace_is_being_deleted_is_waited_for_not_refused(check_mode):
+    going = ev.answer_from_error(403, "Forbidden", NAMESPACE_GOING)
+    api = FakeApi([pod("a"), pod("b")], refuse={"a": [going]})
+    api.countdown[("team", "a")] = 1  # the namespace's deletion removes it
+    result, error, _clock = evict(api, refs("a", "b"), check_mode=check_mode)
+    assert error is None
+    assert [p["name"] for p in result["terminating"]] == ["a"]
+    assert [p["name"] for p in result["would_evict"]] == ["b"]
+    assert api.real_evictions() == ([] if check_mode else ["team/b"])
+    if not check_mode:
+        assert ("team", "a") not in api.pods and ("team", "b") not in api.pods
+
+
 def test_check_mode_makes_only_dry_runs():
     api = FakeApi([pod("a"), pod("b")])
     result, error, clock = evict(api, refs("a", "b"), check_mode=True)
