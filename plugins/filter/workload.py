@@ -1,7 +1,7 @@
-"""Filters rendering gang jobs (PodGroup + member Pods) for kubernetes.core.
+"""Filters rendering gang jobs (PodGroup, or on 1.35 a Workload, + member Pods) for kubernetes.core.
 
     {{ {'name': 'train', 'replicas': 4, 'min_count': 4, 'gpus_per_pod': 1}
-       | gpusplit.k8s.gang_job('1.37') }}          -> [PodGroup, Pod x4]
+       | gpusplit.k8s.gang_job(cluster_info) }}     -> [PodGroup, Pod x4] in the version the cluster serves
 
 Every refusal becomes one AnsibleFilterError listing all reasons.
 Each filter is documented in plugins/filter/<name>.yml (ansible-doc -t filter gpusplit.k8s.<name>).
@@ -21,7 +21,8 @@ def refusals():
 
 
 def gang_job(spec, version="1.37"):
-    """The PodGroup and its member Pods, in creation order."""
+    """The PodGroup (or 1.35's Workload) and its member Pods, in creation order; ``version`` is
+    kubernetes.core.k8s_cluster_info's answer, a group/version or a release."""
     return workload.render_gang_job(spec, version)
 
 

@@ -13,10 +13,18 @@ of truth for the shape).  Facts it rests on (k8s.io/api v0.36.1 and v0.37.2):
 * 1.36: ``scheduling.k8s.io/v1alpha2`` PodGroup with the same ``schedulingPolicy``; the link is
   ``spec.podGroupTemplateRef.workload {workloadName, podGroupTemplateName}``
   (scheduling/v1alpha2/types.go ``PodGroupTemplateReference``).
-* 1.35 has no PodGroup (``scheduling.k8s.io/v1alpha1`` serves Workload only, pods point at it with
-  ``spec.workloadRef``): refused.
-* A member Pod names its group with ``spec.schedulingGroup.podGroupName`` (core/v1
-  ``PodSchedulingGroup``, 1.36 and 1.37; kube-apiserver drops the field while GenericWorkload is off).
+* 1.37 also serves ``scheduling.k8s.io/v1alpha3`` PodGroup (with its runtime-config), whose spec is the
+  v1beta1 one (scheduling/v1alpha3/types.go): rendered alike.
+* 1.35 has no PodGroup: ``scheduling.k8s.io/v1alpha1`` serves Workload only (k8s.io/api v0.35.4
+  scheduling/v1alpha1/types.go): a gang job there is a Workload whose ``spec.podGroups`` hold one group
+  ``{name, policy: {gang: {minCount}} | {basic: {}}}`` (a DNS label), and each member Pod names it in
+  ``spec.workloadRef {name, podGroup}`` (core/v1 ``WorkloadReference``).
+* From 1.36 a member Pod names its group with ``spec.schedulingGroup.podGroupName`` (core/v1
+  ``PodSchedulingGroup``; kube-apiserver drops the field while GenericWorkload is off).
+
+The group/version comes from the cluster where the caller passes kubernetes.core.k8s_cluster_info's answer
+(the first of ``APIS["gang"]``'s shapes it serves, or a refusal naming the gates and runtime-config of the
+release), else from the release or group/version the caller names.
 * ``nvidia.com/gpu`` and every other extended resource: requests must equal limits and be integers.
 """
 
@@ -24,6 +32,7 @@ from __future__ import annotations
 
 import re
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import api_versions
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
     GpusplitError,
     a_type_name,
@@ -41,6 +50,12 @@ PODGROUP_API_VERSIONS = {
     "1.36": "scheduling.k8s.io/v1alpha2",
     "1.37": "scheduling.k8s.io/v1beta1",
 }
+# the gang job's group/version per release, where the caller names a release rather than the cluster
+GANG_API_VERSIONS = {"1.35": "scheduling.k8s.io/v1alpha1", **PODGROUP_API_VERSIONS}
+# the kind that carries the gang's policy, per group/version (api_versions.APIS["gang"])
+GANG_KINDS = dict(api_versions.APIS["gang"]["shapes"])
+# the one pod group of a 1.35 Workload (a DNS label)
+WORKLOAD_POD_GROUP = "workers"
 TEMPLATE = "podgroup.yaml.j2"
 POLICIES = ("gang", "basic")
 LABEL_PODGROUP = "gpusplit.io/podgroup"
@@ -87,6 +102,30 @@ def podgroup_api_version(version) -> str:
     raise WorkloadError(
         [f"Kubernetes {minor} is not supported for PodGroups (supported: {', '.join(PODGROUP_API_VERSIONS)})"]
     )
+
+
+def gang_api_version(version) -> str:
+    """The group/version a gang job is written in: from ``version``, kubernetes.core.k8s_cluster_info's answer
+    (what the cluster serves), a group/version (``scheduling.k8s.io/v1alpha1``) or a release (``1.35``)."""
+    if isinstance(version, dict):
+        server = (version.get("version") or {}).get("server") or {}
+        git_version = (server.get("kubernetes") or {}).get("gitVersion") if isinstance(server, dict) else None
+        try:
+            return api_versions.pick("gang", version.get("apis"), git_version)
+        except api_versions.ApiVersionError as exc:
+            raise WorkloadError([str(exc)]) from None
+    if isinstance(version, str) and "/" in version:
+        if version not in GANG_KINDS:
+            raise WorkloadError([f"a gang job is written in {', '.join(GANG_KINDS)}, not {version!r}"])
+        return version
+    minor = minor_of(version, WorkloadError)
+    if minor not in GANG_API_VERSIONS:
+        raise WorkloadError(
+            [
+                f"Kubernetes {minor} is not supported for gang jobs (supported: {', '.join(sorted(GANG_API_VERSIONS))})"
+            ]
+        )
+    return GANG_API_VERSIONS[minor]
 
 
 def _int(value, what, errors, minimum):
@@ -189,11 +228,32 @@ def _context(job: dict, api_version: str) -> dict:
     }
 
 
-def render_podgroup(spec: dict, version="1.37") -> dict:
-    """The PodGroup of a gang job for a cluster of ``version``."""
-    api_version = podgroup_api_version(version)
+def _gang(spec, version) -> tuple[dict, str, str]:
+    """The job, its group/version and the kind that carries the policy (PodGroup, or a 1.35 Workload)."""
+    api_version = gang_api_version(version)
     job = resolve_job(spec)
-    return render.render_template(TEMPLATE, kind="PodGroup", **_context(job, api_version))
+    kind = GANG_KINDS[api_version]
+    if kind == "Workload" and job["workload"] is not None:
+        raise WorkloadError(
+            [
+                f"workload links a PodGroup to its Workload; in {api_version} the gang job is itself a Workload "
+                "(no PodGroup object): leave workload out"
+            ]
+        )
+    return job, api_version, kind
+
+
+def _render(kind, job, api_version, **extra) -> dict:
+    return render.render_template(
+        TEMPLATE, kind=kind, pod_group=WORKLOAD_POD_GROUP, **extra, **_context(job, api_version)
+    )
+
+
+def render_podgroup(spec: dict, version="1.37") -> dict:
+    """The object that carries a gang job's policy for a cluster of ``version``: its PodGroup, or (1.35) its
+    Workload."""
+    job, api_version, kind = _gang(spec, version)
+    return _render(kind, job, api_version)
 
 
 def member_name(name: str, index: int) -> str:
@@ -201,28 +261,27 @@ def member_name(name: str, index: int) -> str:
 
 
 def render_member_pod(spec: dict, index: int, version="1.37") -> dict:
-    """Member ``index`` (0-based) of a gang job: a Pod naming the PodGroup in spec.schedulingGroup."""
-    api_version = podgroup_api_version(version)
-    job = resolve_job(spec)
-    return render.render_template(
-        TEMPLATE,
-        kind="Pod",
-        pod_name=member_name(job["name"], index),
-        index=index,
-        **_context(job, api_version),
+    """Member ``index`` (0-based) of a gang job: a Pod naming its PodGroup in spec.schedulingGroup, or (1.35)
+    its Workload's pod group in spec.workloadRef."""
+    job, api_version, kind = _gang(spec, version)
+    return _render(
+        "Pod", job, api_version, group_kind=kind, pod_name=member_name(job["name"], index), index=index
     )
 
 
 def render_gang_job(spec: dict, version="1.37") -> list[dict]:
-    """``[PodGroup, Pod 0, ..., Pod replicas-1]`` in creation order (the group first)."""
-    api_version = podgroup_api_version(version)
-    job = resolve_job(spec)
-    context = _context(job, api_version)
-    objects = [render.render_template(TEMPLATE, kind="PodGroup", **context)]
+    """``[PodGroup (or Workload), Pod 0, ..., Pod replicas-1]`` in creation order (the group first)."""
+    job, api_version, kind = _gang(spec, version)
+    objects = [_render(kind, job, api_version)]
     for index in range(job["replicas"]):
         objects.append(
-            render.render_template(
-                TEMPLATE, kind="Pod", pod_name=member_name(job["name"], index), index=index, **context
+            _render(
+                "Pod",
+                job,
+                api_version,
+                group_kind=kind,
+                pod_name=member_name(job["name"], index),
+                index=index,
             )
         )
     return objects

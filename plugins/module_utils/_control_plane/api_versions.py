@@ -25,9 +25,15 @@ Which release serves which group/version (k8s.io/kubernetes v1.35.4, v1.36.3, v1
 * ResourceSlice, DeviceClass, ResourceClaim, ResourceClaimTemplate: ``resource.k8s.io/v1`` in all
   three (DRA GA since 1.34).
 * Workload, PodGroup (GenericWorkload): 1.35 ``scheduling.k8s.io/v1alpha1`` Workload only
-  (storage_scheduling.go:87); 1.36 ``v1alpha2`` Workload and PodGroup; 1.37 ``v1beta1`` (and no
-  v1alpha2). Gangs on 1.35 and 1.36 also need GangScheduling on kube-scheduler (kube_features.go:
-  GangScheduling alpha 1.35, depends on GenericWorkload; removed in 1.37, merged into GenericWorkload).
+  (storage_scheduling.go:87); 1.36 ``v1alpha2`` Workload and PodGroup; 1.37 ``v1beta1`` and
+  ``v1alpha3`` (storage_scheduling.go:96-141; no v1alpha2), whose PodGroupSpec is the same (k8s.io/api
+  v0.37.2 scheduling/v1alpha3 and v1beta1 types.go: workloadRef {workloadName, templateName},
+  schedulingPolicy basic or gang {minCount}). A gang job is a PodGroup where one is served, else (1.35)
+  a v1alpha1 Workload whose ``spec.podGroups`` carry the policy (k8s.io/api v0.35.4
+  scheduling/v1alpha1/types.go WorkloadSpec, PodGroupPolicy), its pods naming it in
+  ``spec.workloadRef {name, podGroup}`` (core/v1 types.go WorkloadReference). Gangs on 1.35 and 1.36
+  also need GangScheduling on kube-scheduler (kube_features.go: GangScheduling alpha 1.35, depends on
+  GenericWorkload; removed in 1.37, merged into GenericWorkload).
 * ValidatingAdmissionPolicy and its binding: ``admissionregistration.k8s.io/v1`` (GA since 1.30).
 * Evictions: ``policy/v1`` (the body of pods/eviction; PodDisruptionBudgets are read there too).
 """
@@ -76,11 +82,38 @@ APIS: dict[str, dict] = {
     "podgroup": {
         "use": "a gang job (PodGroup)",
         "kinds": ("PodGroup",),
-        "versions": ("scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha2"),
+        "versions": ("scheduling.k8s.io/v1beta1", "scheduling.k8s.io/v1alpha3", "scheduling.k8s.io/v1alpha2"),
         "gates": {"1.36": ("GenericWorkload", "GangScheduling"), "1.37": ("GenericWorkload",)},
         "newest": (
             "Kubernetes 1.35 has no PodGroup (its scheduling.k8s.io/v1alpha1 serves Workload only); "
             "1.36 serves PodGroup as scheduling.k8s.io/v1alpha2, 1.37 as v1beta1 (GenericWorkload on)"
+        ),
+    },
+    # a gang job in the shape of the release: a PodGroup where one is served, else (1.35) a Workload
+    # with pod groups; "shapes" are (group/version, kind) in order of preference
+    "gang": {
+        "use": "a gang job",
+        "kinds": ("PodGroup", "Workload"),
+        "shapes": (
+            ("scheduling.k8s.io/v1beta1", "PodGroup"),
+            ("scheduling.k8s.io/v1alpha3", "PodGroup"),
+            ("scheduling.k8s.io/v1alpha2", "PodGroup"),
+            ("scheduling.k8s.io/v1alpha1", "Workload"),
+        ),
+        "versions": (
+            "scheduling.k8s.io/v1beta1",
+            "scheduling.k8s.io/v1alpha3",
+            "scheduling.k8s.io/v1alpha2",
+            "scheduling.k8s.io/v1alpha1",
+        ),
+        "gates": {
+            "1.35": ("GenericWorkload", "GangScheduling"),
+            "1.36": ("GenericWorkload", "GangScheduling"),
+            "1.37": ("GenericWorkload",),
+        },
+        "newest": (
+            "A gang job is a scheduling.k8s.io/v1alpha1 Workload with pod groups on Kubernetes 1.35, a v1alpha2 "
+            "PodGroup on 1.36 and a v1beta1 PodGroup on 1.37, each with GenericWorkload on"
         ),
     },
     "workload": {
@@ -167,10 +200,45 @@ def pick(api: str, apis, server_version=None) -> str:
     """
     entry = _entry(api)
     served = served_kinds(apis)
-    for group_version in entry["versions"]:
-        if all(kind in served.get(group_version, ()) for kind in entry["kinds"]):
+    for group_version, kinds in _shapes(entry):
+        if all(kind in served.get(group_version, ()) for kind in kinds):
             return group_version
     raise ApiVersionError(refusal(api, apis, server_version))
+
+
+def _shapes(entry) -> list[tuple[str, tuple[str, ...]]]:
+    """``[(group/version, kinds it needs there)]`` in order of preference."""
+    if "shapes" in entry:
+        return [(gv, (kind,)) for gv, kind in entry["shapes"]]
+    return [(gv, entry["kinds"]) for gv in entry["versions"]]
+
+
+def _needs(entry) -> str:
+    if "shapes" not in entry:
+        return f"{', '.join(entry['kinds'])} in {' or '.join(entry['versions'])}"
+    by_kind: dict[str, list[str]] = {}
+    for gv, kind in entry["shapes"]:
+        by_kind.setdefault(kind, []).append(gv)
+    return ", or ".join(f"{kind} in {' or '.join(gvs)}" for kind, gvs in by_kind.items())
+
+
+def chosen_version(api: str, requested, apis, server_version=None) -> str:
+    """``requested`` (a group/version the caller asked for, or empty) if the use speaks it and the cluster serves
+    it; the one :func:`pick` finds where nothing was asked for. Raises :class:`ApiVersionError` otherwise."""
+    if not requested:
+        return pick(api, apis, server_version)
+    entry = _entry(api)
+    if requested not in entry["versions"]:
+        raise ApiVersionError(
+            f"{entry['use']}: gpusplit writes {' or '.join(entry['versions'])}, not {requested!r}. Nothing was changed."
+        )
+    kinds = dict(_shapes(entry))[requested]
+    if not all(kind in served_kinds(apis).get(requested, ()) for kind in kinds):
+        raise ApiVersionError(
+            f"{entry['use']}: {requested} was asked for, but the API server does not serve {', '.join(kinds)} "
+            f"there. {refusal(api, apis, server_version)}"
+        )
+    return requested
 
 
 def refusal(api: str, apis, server_version=None) -> str:
@@ -184,7 +252,7 @@ def refusal(api: str, apis, server_version=None) -> str:
         if any(kind in have for kind in entry["kinds"]) and gv not in entry["versions"]
     )
     release = f"Kubernetes {server_version}" if server_version else "the API server"
-    text = f"{entry['use']} needs {kinds} in {' or '.join(entry['versions'])}; {release} serves "
+    text = f"{entry['use']} needs {_needs(entry)}; {release} serves "
     text += (
         f"{kinds} only in {', '.join(elsewhere)}, which gpusplit does not write"
         if elsewhere

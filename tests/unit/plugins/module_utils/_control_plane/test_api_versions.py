@@ -8,6 +8,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.api_ve
     APIS,
     ApiVersionError,
     choose,
+    chosen_version,
     missing_gates,
     pick,
     pick_all,
@@ -179,3 +180,32 @@ def test_rules_are_written_in_the_served_version_of_the_same_shape():
         with_version([rule], "device_taint_rule", "resource.k8s.io/v1alpha3")
     with pytest.raises(ApiVersionError, match="not an object of"):
         with_version([{"apiVersion": "v1", "kind": "Pod"}], "device_taint_rule", "resource.k8s.io/v1")
+
+
+def test_gang_is_a_podgroup_where_served_else_the_135_workload():
+    v135 = {**SERVED["1.35.4"], "scheduling.k8s.io/v1alpha1": {"Workload": {}}}
+    assert pick("gang", v135, "v1.35.4") == "scheduling.k8s.io/v1alpha1"
+    v137 = {**SERVED["1.37.2"], "scheduling.k8s.io/v1alpha3": {"Workload": {}, "PodGroup": {}}}
+    assert pick("gang", v137, "v1.37.2") == "scheduling.k8s.io/v1alpha3"
+    assert pick("podgroup", v137, "v1.37.2") == "scheduling.k8s.io/v1alpha3"
+    with pytest.raises(ApiVersionError) as err:
+        pick("gang", SERVED["1.35.4"], "v1.35.4")
+    text = str(err.value)
+    assert text.startswith(
+        "a gang job needs PodGroup in scheduling.k8s.io/v1beta1 or scheduling.k8s.io/v1alpha3 or "
+        "scheduling.k8s.io/v1alpha2, or Workload in scheduling.k8s.io/v1alpha1; Kubernetes v1.35.4 serves none"
+    )
+    assert "--runtime-config=scheduling.k8s.io/v1alpha1=true" in text
+    assert "{GenericWorkload: true, GangScheduling: true}" in text
+
+
+def test_chosen_version_takes_what_was_asked_only_where_it_is_served():
+    v136 = {**SERVED["1.36.3"], "resource.k8s.io/v1beta2": {"DeviceTaintRule": {}}}
+    assert chosen_version("device_taint_rule", None, v136, "v1.36.3") == "resource.k8s.io/v1beta2"
+    assert chosen_version("device_taint_rule", "resource.k8s.io/v1beta2", v136) == "resource.k8s.io/v1beta2"
+    with pytest.raises(
+        ApiVersionError, match="resource.k8s.io/v1 was asked for, but the API server does not serve"
+    ):
+        chosen_version("device_taint_rule", "resource.k8s.io/v1", v136, "v1.36.3")
+    with pytest.raises(ApiVersionError, match="not 'resource.k8s.io/v1alpha3'"):
+        chosen_version("device_taint_rule", "resource.k8s.io/v1alpha3", SERVED["1.35.4"], "v1.35.4")
