@@ -48,6 +48,24 @@ def shown(path: Path) -> str:
 # The loopback address the lab binds to. GPUSPLIT_LAB_HOST (another 127.x address) lets a second
 # checkout run its own lab beside this one on the same ports; the default is what docs and tests use.
 HOST = os.environ.get("GPUSPLIT_LAB_HOST") or "127.0.0.1"
+
+
+def wait_scale() -> float:
+    """How many times a test's bound on a lab wait is stretched: waits are bounds, not measurements, and CI
+    runs the lab groups beside the core legs on one busy machine. GPUSPLIT_LAB_WAIT_SCALE (a positive
+    number), else 3 where CI=true, else 1."""
+    given = os.environ.get("GPUSPLIT_LAB_WAIT_SCALE", "").strip()
+    if given:
+        try:
+            value = float(given)
+        except ValueError:
+            value = float("nan")
+        if not value > 0 or value == float("inf"):
+            raise ValueError(f"GPUSPLIT_LAB_WAIT_SCALE must be a positive number, not {given!r}")
+        return value
+    return 3.0 if os.environ.get("CI", "").lower() in ("1", "true", "yes") else 1.0
+
+
 PORTS = {
     "etcd": 2379,
     "etcd-peer": 2380,

@@ -218,6 +218,7 @@ class Kubectl:
         return name
 
     def wait_for(self, predicate, timeout: float = 60, interval: float = 0.5, what: str = "condition"):
+        timeout = timeout * C.wait_scale()
         deadline = time.time() + timeout
         last = None
         while time.time() < deadline:

@@ -42,6 +42,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import sysfs
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.chart import chart_values
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.claims import host_share_toleration
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.render import diagnostic_claim, render_claim
+from lab import components as C
 
 ROOT = Path(__file__).resolve().parents[2]
 DGX, WS, DP = "gsdra-dgx-01", "gsdra-ws-01", "gsdra-dp-01"
@@ -114,6 +115,7 @@ def write_inventory(path, hosts):
 
 
 def wait_for(predicate, timeout=90, interval=1.0, what="condition"):
+    timeout = timeout * C.wait_scale()
     deadline = time.time() + timeout
     last = None
     while time.time() < deadline:
