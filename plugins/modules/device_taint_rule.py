@@ -7,7 +7,7 @@ module: device_taint_rule
 short_description: Create, change or remove DeviceTaintRules and report what the controller says
 version_added: "0.1.0"
 description:
-  - Server-side applies one C(resource.k8s.io/v1) DeviceTaintRule (as the playbook C(isolate_gpu.yml) and the
+  - Server-side applies one DeviceTaintRule (as the playbook C(isolate_gpu.yml) and the
     role C(gpu_resplit) render them), or deletes it, and waits until
     kube-controller-manager has written its C(EvictionInProgress) condition for the rule's
     present generation.
@@ -18,6 +18,11 @@ description:
     recreates it.
   - With effect C(NoExecute), C(wait_eviction=true) also waits until the eviction is over
     (condition status C(False)).
+  - The rule is written in the group/version the API server serves (I(api_version)) - C(resource.k8s.io/v1) on
+    Kubernetes 1.37, C(resource.k8s.io/v1beta2) on 1.36 with the gate C(DRADeviceTaintRules) and that
+    runtime-config on; a definition given in either is written in the one served (both have the same
+    shape). Where the API server serves neither, the module fails before any change, naming the gates and
+    C(--runtime-config) that serve one on the cluster's release.
   - In check mode the apply is a server dry-run and nothing is waited for.
   - With I(definitions), many rules in one step, one module execution for a fleet rather than one per
     rule. Every rule is checked before the first request, then each phase (the C(None) report of
@@ -72,6 +77,12 @@ options:
     description: The server-side apply field manager.
     type: str
     default: gpusplit
+  api_version:
+    description:
+      - The group/version to write and read the rules in, C(resource.k8s.io/v1) or C(resource.k8s.io/v1beta2).
+        Default - the first of them the API server serves (discovery). One the API server does not serve is
+        refused before any change.
+    type: str
 extends_documentation_fragment:
   - gpusplit.k8s.cluster_auth
   - gpusplit.k8s.attributes.check_mode_no_diff
@@ -155,6 +166,7 @@ import traceback
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import api_versions
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra import taint_rules
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import fail_on_refusal
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.apply import Cluster
@@ -168,15 +180,48 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.client import (
 OPTIONS = ("state", "wait", "wait_eviction", "wait_timeout", "refresh", "report_first", "field_manager")
 
 
+def served_version(cluster, requested=None):
+    """The group/version to write the rules in: ``requested`` where the API server serves it, else the first of
+    api_versions.APIS["device_taint_rule"] it serves; ApiVersionError (before any change) naming the gates and
+    runtime-config of the cluster's release otherwise. Discovery only: the dynamic client's resource lookup."""
+    from kubernetes.dynamic.exceptions import (
+        ResourceNotFoundError,
+    )  # guarded: only a module's run reaches here
+
+    served = {}
+    for group_version in api_versions.APIS["device_taint_rule"]["versions"]:
+        try:
+            cluster.resource(group_version, taint_rules.KIND)
+        except ResourceNotFoundError:
+            continue
+        served[group_version] = {taint_rules.KIND: {}}
+    try:
+        release = cluster.client.version["kubernetes"]["gitVersion"]
+    except (AttributeError, KeyError, TypeError):
+        release = None
+    return api_versions.chosen_version("device_taint_rule", requested, served, release)
+
+
+def in_version(requests, group_version):
+    """``requests`` with each definition's apiVersion set to ``group_version`` (the same shape in both)."""
+    return [
+        (name, definition if definition is None else {**definition, "apiVersion": group_version})
+        for name, definition in requests
+    ]
+
+
 def run(module, cluster):
-    """Refusals (taint_rules.checked) come before the first request; the requests' own errors are the
-    caller's. One rule: its result fields; ``definitions``: ``rules``, one result per rule."""
+    """Refusals (taint_rules.checked, then the version the cluster serves) come before the first change; the
+    requests' own errors are the caller's. One rule: its result fields; ``definitions``: ``rules``, one result
+    per rule."""
     p = module.params
     requests = taint_rules.checked(p)
     single = p.get("definitions") is None
+    group_version = served_version(cluster, p.get("api_version")) if requests else None
+    requests = in_version(requests, group_version)
     try:
         results = taint_rules.run_rules(
-            taint_rules.ClusterRules(cluster) if requests else None,
+            taint_rules.ClusterRules(cluster, group_version) if requests else None,
             requests,
             {k: p[k] for k in OPTIONS},
             check_mode=module.check_mode,
@@ -205,6 +250,7 @@ def main():
             "refresh": {"type": "bool", "default": False},
             "report_first": {"type": "bool", "default": True},
             "field_manager": {"type": "str", "default": "gpusplit"},
+            "api_version": {"type": "str"},
             **CLUSTER_ARGS,
         },
         required_if=[("state", "present", ("definition", "definitions"), True)],

@@ -39,6 +39,10 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.compare import is_subset
 
 KIND = "DeviceTaintRule"
+# the group/versions of one DeviceTaintRule shape that a rule may be given in (k8s.io/api resource/v1 and
+# v1beta2 types.go: the same DeviceTaintRuleSpec); the module writes it in the one the cluster serves
+# (module_utils/_control_plane/api_versions.py APIS["device_taint_rule"] lists the same)
+WRITTEN_VERSIONS = (API_GROUP_VERSION, "resource.k8s.io/v1beta2")
 POLL_SECONDS = 1.0
 GONE_POLL_SECONDS = 0.5
 
@@ -73,8 +77,8 @@ def _metadata_name(definition, where):
 
 def _definition_problems(definition, where):
     problems = []
-    if definition.get("apiVersion") != API_GROUP_VERSION or definition.get("kind") != KIND:
-        problems.append(f"{where} must be a {API_GROUP_VERSION} {KIND}")
+    if definition.get("apiVersion") not in WRITTEN_VERSIONS or definition.get("kind") != KIND:
+        problems.append(f"{where} must be a {' or '.join(WRITTEN_VERSIONS)} {KIND}")
     spec = definition.get("spec") or {}
     taint = (spec.get("taint") or {}) if isinstance(spec, dict) else {}
     if not isinstance(spec, dict):
@@ -293,9 +297,9 @@ def run_rules(api, requests, opts, check_mode=False, clock=Clock):
 class ClusterRules:
     """``api`` for :func:`run_rules` over ``_k8s/apply.Cluster``: the rules by name, server-side apply, delete."""
 
-    def __init__(self, cluster):
+    def __init__(self, cluster, group_version=API_GROUP_VERSION):
         self.cluster = cluster
-        self.res = cluster.resource(API_GROUP_VERSION, KIND)
+        self.res = cluster.resource(group_version, KIND)
 
     def get(self, name):
         from kubernetes.dynamic.exceptions import NotFoundError  # guarded: only a module's run reaches here

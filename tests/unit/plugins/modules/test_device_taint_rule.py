@@ -79,6 +79,7 @@ def test_device_taint_rule_module_documents_its_arguments():
         "refresh",
         "report_first",
         "field_manager",
+        "api_version",
     }
     assert doc["extends_documentation_fragment"] == [
         "gpusplit.k8s.cluster_auth",  # kubeconfig, context (and their K8S_AUTH_* fallbacks)
