@@ -278,17 +278,46 @@ def pick_all(uses, apis, server_version=None) -> dict[str, str]:
     return chosen
 
 
+def gates_needed(api: str, server_version) -> list[str]:
+    """The feature gates ``api`` needs on the cluster's release besides the API being served (GangScheduling on
+    kube-scheduler for gangs on 1.35/1.36, DRADeviceTaintRules on kube-scheduler and kube-controller-manager for
+    DeviceTaintRules on 1.36); what :func:`missing_gates` checks."""
+    return list(_entry(api)["gates"].get(_minor(server_version), ()))
+
+
 def choose(uses, apis, server_version=None) -> dict:
     """Every use's group/version, never raising: ``{api_versions: {use: gv or None}, refusals: {use: text},
-    kubernetes_version}`` (a role refuses with the texts where it needs the use)."""
-    chosen, refusals = {}, {}
+    gates: {use: gates the release needs on, where any}, kubernetes_version}`` (a role refuses with the texts
+    where it needs the use, and reads the components' gates where ``gates`` names some)."""
+    chosen, refusals, gates = {}, {}, {}
     for api in uses:
         try:
             chosen[api] = pick(api, apis, server_version)
         except ApiVersionError as exc:
             chosen[api] = None
             refusals[api] = str(exc)
-    return {"api_versions": chosen, "refusals": refusals, "kubernetes_version": server_version or None}
+        if gates_needed(api, server_version):
+            gates[api] = gates_needed(api, server_version)
+    return {
+        "api_versions": chosen,
+        "refusals": refusals,
+        "gates": gates,
+        "kubernetes_version": server_version or None,
+    }
+
+
+def gates_refusal(api: str, server_version, enabled) -> str:
+    """Why ``api`` cannot work although it is served: the gates :func:`missing_gates` finds off, and how to turn
+    them on; empty when none is off (or ``enabled`` says nothing)."""
+    missing = missing_gates(api, server_version, enabled)
+    if not missing:
+        return ""
+    entry = _entry(api)
+    return (
+        f"{entry['use']}: Kubernetes {server_version} serves the API, but {', '.join(missing)} is off, so the "
+        f"component does not act on it; it needs {gate_advice(gates_needed(api, server_version), server_version)}. "
+        "Nothing was changed."
+    )
 
 
 def with_version(objects, api: str, group_version: str) -> list:

@@ -207,7 +207,8 @@ PREFLIGHT_CHECKS = (
 def preflight(cluster, hosts, pods=None, skip=(), need_taint_rules=True):
     """Every check the DRA driver and DRA-mode split need, over gathered data. Never raises.
 
-    ``cluster``: {"git_version": str, "apis": {group/version: {Kind: ...}}} (k8s_cluster_info);
+    ``cluster``: {"git_version": str, "apis": {group/version: {Kind: ...}}} (k8s_cluster_info), and where the
+    control plane's components were asked, "gates": {component: {gate: bool}} (their kubernetes_feature_enabled);
     ``hosts``: {host: {"node", "driver_version", "containerd": {"config_text", "config_path",
     "version", "imports": [{"path", "text"}]}}} for the hosts in mode dra; ``pods``: the live
     pods on those nodes; ``skip``: names from PREFLIGHT_CHECKS not to run (said in the report).
@@ -255,6 +256,11 @@ def preflight(cluster, hosts, pods=None, skip=(), need_taint_rules=True):
             if chosen["api_versions"]["dra"] and "device_taint_rule" in chosen["refusals"]
             else []
         )
+        if chosen["api_versions"]["device_taint_rule"] and cluster.get("gates"):
+            # served, but kube-scheduler or kube-controller-manager with the release's gate off would not act on
+            # the rules (DRADeviceTaintRules on 1.36: the runtime-config alone serves the API)
+            off = api_versions.gates_refusal("device_taint_rule", git_version, cluster["gates"])
+            taint_errors += [off] if off else []
         served_in = chosen["api_versions"]["device_taint_rule"] or API_GROUP_VERSION
         record("device_taint_rules", "cluster", taint_errors, f"DeviceTaintRule served in {served_in}")
     nodes = {}

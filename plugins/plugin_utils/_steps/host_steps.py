@@ -175,7 +175,8 @@ def dra_driver_preflight(inputs, context):
     """``report``: every check the DRA driver and DRA-mode split need (``ok``, ``errors``, the checks), over what
     the role gathered; ``lines``: the report for a person, its warnings after the table.
 
-    inputs: cluster_info (kubernetes.core.k8s_cluster_info's result), plan, pods, skip, need_taint_rules.
+    inputs: cluster_info (kubernetes.core.k8s_cluster_info's result), plan, pods, skip, need_taint_rules,
+    component_gates (optional: control_plane_health's feature_gates, {component: {gate: 0 or 1}}).
     """
     info = inputs.get("cluster_info") or {}
     if not isinstance(info, dict):
@@ -184,6 +185,13 @@ def dra_driver_preflight(inputs, context):
         )
     server = ((info.get("version") or {}).get("server") or {}).get("kubernetes") or {}
     cluster = {"git_version": server.get("gitVersion"), "apis": info.get("apis") or {}}
+    gates = inputs.get("component_gates") or {}
+    if isinstance(gates, dict):
+        cluster["gates"] = {
+            c: {g: bool(v) for g, v in values.items() if v is not None}
+            for c, values in gates.items()
+            if isinstance(values, dict)
+        }
     hosts = _dra_host_inputs(mapping_input(inputs, "plan"), context.hostvars)
     report = dra_preflight.preflight(
         cluster, hosts, inputs.get("pods"), inputs.get("skip") or (), inputs.get("need_taint_rules", True)

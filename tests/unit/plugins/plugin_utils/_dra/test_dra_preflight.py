@@ -284,3 +284,34 @@ def test_the_pods_query_keeps_every_field_the_preflight_reads():
     kept = [project(p, field_paths(POD_FIELDS)) for p in pods]
     assert preflight(GOOD_CLUSTER, hosts(), kept) == report
     assert "volumes" not in kept[0]["spec"] and "podIP" not in kept[0]["status"]
+
+
+def test_preflight_on_136_refuses_a_served_rule_api_while_a_component_runs_without_the_gate():
+    # the runtime-config alone serves v1beta2 DeviceTaintRules; kube-scheduler without DRADeviceTaintRules
+    # would not keep claims off the tainted devices (k8s.io/kubernetes v1.36.3 kube_features.go: the gate is
+    # read by kube-scheduler and kube-controller-manager)
+    served = {
+        "git_version": "v1.36.3",
+        "apis": {"resource.k8s.io/v1": RESOURCE_V1, "resource.k8s.io/v1beta2": {"DeviceTaintRule": {}}},
+    }
+    half = {
+        **served,
+        "gates": {
+            "kube-scheduler": {"DRADeviceTaintRules": False},
+            "kube-controller-manager": {"DRADeviceTaintRules": True},
+        },
+    }
+    report = preflight(half, hosts(), [])
+    assert not report["ok"]
+    (error,) = report["errors"]
+    assert "serves the API, but DRADeviceTaintRules on kube-scheduler is off" in error
+    assert "{DRADeviceTaintRules: true}" in error and error.endswith("Nothing was changed.")
+    on = {**served, "gates": {"kube-scheduler": {"DRADeviceTaintRules": True}}}
+    assert preflight(on, hosts(), [])["ok"]
+    # 1.37: GA, no gate to check
+    v137 = {
+        "git_version": "v1.37.2",
+        "apis": {"resource.k8s.io/v1": {**RESOURCE_V1, "DeviceTaintRule": {}}},
+        "gates": {"kube-scheduler": {"DRADeviceTaintRules": False}},
+    }
+    assert preflight(v137, hosts(), [])["ok"]

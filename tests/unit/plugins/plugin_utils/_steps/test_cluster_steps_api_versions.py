@@ -23,6 +23,7 @@ def test_the_step_picks_per_use_and_says_why_not():
     assert out == {
         "api_versions": {"device_taint_rule": "resource.k8s.io/v1beta2", "dra": "resource.k8s.io/v1"},
         "refusals": {},
+        "gates": {"device_taint_rule": ["DRADeviceTaintRules"]},
         "kubernetes_version": "v1.36.3",
     }
     bare = cluster_info("v1.36.3", {"resource.k8s.io/v1": RESOURCE_V1})
@@ -52,3 +53,25 @@ def test_dra_split_objects_writes_the_rules_in_the_version_given():
         "dra_split_objects", {**inputs, "api_version": "resource.k8s.io/v1alpha3"}, StepContext()
     )
     assert alpha["failed"] and "not 'resource.k8s.io/v1alpha3'" in alpha["msg"]
+
+
+def test_the_dra_preflight_step_reads_the_components_gates():
+    info = cluster_info(
+        "v1.36.3", {"resource.k8s.io/v1": RESOURCE_V1, "resource.k8s.io/v1beta2": {"DeviceTaintRule": {}}}
+    )
+    plan = dra_fleet()
+    context = StepContext(hostvars={n["host"]: {} for n in plan["nodes"].values()})
+    # control_plane_health's feature_gates: the metric's value per component, null where it was not read
+    gates = {
+        "kube-scheduler": {"DRADeviceTaintRules": 0.0},
+        "kube-controller-manager": {"DRADeviceTaintRules": None},
+    }
+    out = run_step(
+        "dra_driver_preflight", {"cluster_info": info, "plan": plan, "component_gates": gates}, context
+    )
+    check = next(c for c in out["report"]["checks"] if c["check"] == "device_taint_rules")
+    assert not check["ok"] and "DRADeviceTaintRules on kube-scheduler is off" in check["detail"]
+    assert "kube-controller-manager is off" not in check["detail"]
+    out = run_step("dra_driver_preflight", {"cluster_info": info, "plan": plan}, context)
+    check = next(c for c in out["report"]["checks"] if c["check"] == "device_taint_rules")
+    assert check["ok"]  # no control plane asked: what is served decides
