@@ -9,9 +9,16 @@ Kubernetes sources (plugins/module_utils/_control_plane/api_versions.py names th
   one minor version of skew kubectl supports;
 * the group/version gpusplit picks for each versioned API, from the real discovery answer, or the
   refusal (naming the version it needs and the gates) where the release does not serve it;
+* the module device_taint_rule writes in the version the release serves (a server dry-run on 1.37) or
+  fails before any change naming the release's gates (1.35, 1.36);
 * playbooks/feature_gates.yml turns GenericWorkload on (and GangScheduling on 1.35 and 1.36) on the
-  release's kubeadm-shaped manifests, and the Workload API of that release is served afterwards;
+  release's kubeadm-shaped manifests, and the Workload API of that release is served afterwards; a gang
+  job rendered from the live discovery (a v1alpha1 Workload with pod groups on 1.35, a PodGroup on 1.36
+  and 1.37) is held by the release's real kube-scheduler until every member fits, then bound together;
   the manifests are put back at the end.
+
+On a second release these run in a lab of its own (GPUSPLIT_KUBE_VERSION=1.36.3, GPUSPLIT_LAB_DIR,
+GPUSPLIT_LAB_HOST; docs/kubernetes-versions.md says how), about three minutes once its binaries are built.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -178,6 +186,48 @@ def test_device_taint_rules_refused_out_of_the_box_name_the_gates_of_the_release
     assert want in text
 
 
+def test_the_device_taint_rule_module_writes_the_served_version_or_refuses(lab):
+    """The module asks the API server which DeviceTaintRule version it serves; on 1.35 and 1.36 out of the box
+    none: it fails before any change naming the gates; on 1.37 a server dry-run in resource.k8s.io/v1."""
+    rule = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": "gsver-dry-run"},
+        "spec": {
+            "deviceSelector": {"driver": "gpu.nvidia.com", "pool": "gsver-none", "device": "gpu-0"},
+            "taint": {"key": "gpusplit.io/version-test", "effect": "None"},
+        },
+    }
+    args = {"kubeconfig": str(C.KUBECONFIG), "definition": rule}
+    done = subprocess.run(
+        [
+            str(VENV_BIN / "ansible"),
+            "localhost",
+            "-m",
+            "gpusplit.k8s.device_taint_rule",
+            "-a",
+            json.dumps(args),
+        ]
+        + ["--check", "-o"],
+        cwd=ROOT,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    out = done.stdout + done.stderr
+    if minor() == "1.37":
+        assert done.returncode == 0 and '"rule"' in out and "resource.k8s.io/v1" in out, out[-3000:]
+        return
+    assert done.returncode != 0, out[-3000:]
+    assert f"Kubernetes v{release()} serves none of them" in out, out[-3000:]
+    assert "Nothing was changed." in out
+    assert {"1.35": "1.35 has only the alpha resource.k8s.io/v1alpha3", "1.36": "DRADeviceTaintRules (beta"}[
+        minor()
+    ] in out
+
+
 @pytest.fixture
 def manifests_restored(lab):
     found = {p.name: p.read_bytes() for p in C.MANIFESTS.glob("*.yaml")}
@@ -189,10 +239,82 @@ def manifests_restored(lab):
     assert health and all(v["healthy"] for v in health.values()), labctl.report_unhealthy(health or {})
 
 
-def test_feature_gates_turn_the_workload_api_of_the_release_on(manifests_restored):
+GANG_LABEL = "gpusplit.io/version-gang"
+
+
+def cluster_info(apis: dict, version: str) -> dict:
+    """kubernetes.core.k8s_cluster_info's answer, the input of the filter gang_job."""
+    return {"apis": apis, "version": {"server": {"kubernetes": {"gitVersion": version}}}}
+
+
+def gang_waits_until_all_fit(kubectl, core_api, apis: dict, version: str) -> None:
+    """A gang of three one-GPU pods, rendered from the live discovery, on a kwok node of its own with two GPUs:
+    none is bound; with a third GPU all three are bound together."""
+    import uuid
+
+    from test_gang_scheduling import node_ready, set_gpus
+
+    from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gang_job_render as workload
+    from lab import nodes as labnodes
+
+    run = uuid.uuid4().hex[:6]
+    ns, node = f"gsver-gang-{run}", f"gsver-gang-{run}"
+    labnodes.ensure_node(core_api, node, labels={GANG_LABEL: run})
+    kubectl("taint", "node", node, f"{GANG_LABEL}={run}:NoSchedule", "--overwrite")
+    set_gpus(kubectl, node, 2)
+    kubectl.wait_for(lambda: node_ready(kubectl, node), timeout=90, what=f"node {node} Ready")
+    kubectl.namespace(ns)
+    spec = {
+        "name": "train",
+        "namespace": ns,
+        "replicas": 3,
+        "gpus_per_pod": 1,
+        "node_selector": {GANG_LABEL: run},
+        "tolerations": [{"key": GANG_LABEL, "operator": "Equal", "value": run, "effect": "NoSchedule"}],
+        "termination_grace_period_seconds": 0,
+    }
+    objects = workload.render_gang_job(spec, cluster_info(apis, version))
+    group_kind = {"1.35": "Workload"}.get(minor(), "PodGroup")
+    assert objects[0]["kind"] == group_kind
+    assert objects[0]["apiVersion"] == next(iter(GENERIC_WORKLOAD[minor()]))
+    members = lambda: kubectl.json("-n", ns, "get", "pods", "-l", "gpusplit.io/podgroup=train")["items"]  # noqa: E731
+    try:
+        kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+        created = members()
+        link = "workloadRef" if group_kind == "Workload" else "schedulingGroup"
+        assert len(created) == 3 and all(p["spec"].get(link) for p in created), (
+            created
+        )  # kept: the gate is on
+        deadline = time.time() + 20
+        while time.time() < deadline:  # two of the three would fit one by one: the gang holds them
+            assert not [p["metadata"]["name"] for p in members() if p["spec"].get("nodeName")]
+            time.sleep(1)
+        messages = sorted(
+            {c.get("message", "") for p in members() for c in p["status"].get("conditions") or []}
+        )
+        set_gpus(kubectl, node, 3)
+        started = time.monotonic()
+        kubectl.wait_for(
+            lambda: all(p["spec"].get("nodeName") == node for p in members()),
+            timeout=120,
+            what="all three members bound",
+        )
+        print(
+            f"\n{release()}: gang of 3 in {objects[0]['apiVersion']} {group_kind} held on 2 GPUs ({messages}), "
+            f"bound {time.monotonic() - started:.1f}s after the third"
+        )
+    finally:
+        kubectl("delete", "namespace", ns, "--wait=true", "--timeout=90s", check=False)
+        kubectl("delete", "node", node, "--wait=false", check=False)
+
+
+def test_feature_gates_turn_the_workload_api_of_the_release_on(manifests_restored, kubectl, core_api):
     before = discovery()
     for group_version in GENERIC_WORKLOAD[minor()]:
         assert group_version not in before
+    # out of the box the gang job is refused, naming the gates of the release
+    with pytest.raises(ApiVersionError, match="GenericWorkload"):
+        pick("gang", before, server_version())
     done = run_playbook("feature_gates.yml", {"gpusplit_feature_gates": GANG_GATES[minor()]})
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
     after = discovery()
@@ -208,6 +330,7 @@ def test_feature_gates_turn_the_workload_api_of_the_release_on(manifests_restore
     for name in C.STATIC_COMPONENTS:
         text = (C.MANIFESTS / f"{name}.yaml").read_text()
         assert "GenericWorkload=true" in text, name
+    gang_waits_until_all_fit(kubectl, core_api, after, version)
 
 
 # --------------------------------------------------------------------------------------------
