@@ -76,12 +76,22 @@ TAINT = f"{TAINT_KEY}=true:NoSchedule"
 LABELS = {"gpusplit.io/real-node": "true"}
 PAUSE_IMAGE = "gpusplit.lab/pause:1"
 WORKLOAD_IMAGE = "gpusplit.lab/workload:1"
-# the lab's device plugin (lab/images/deviceplugin): the real device-plugin API, never named as NVIDIA's
-DEVICE_PLUGIN_IMAGE = "gpusplit.lab/device-plugin:1"
+# the lab's device plugin (lab/images/deviceplugin): the real device-plugin API, never named as NVIDIA's;
+# its name holds `k8s-device-plugin`, as a mirror's copy of NVIDIA's image does, since that is how
+# gpusplit's verify and its stock-plugin check recognise a device plugin's container
+DEVICE_PLUGIN_IMAGE = "gpusplit.lab/k8s-device-plugin-standin:1"
+# the GPU fixture of the node, where the lab's device plugin reads its GPUs' details (what NVML
+# tells NVIDIA's plugin): in its image, since gpusplit's DaemonSet mounts nothing of the lab's
+PLUGIN_FIXTURE_PATH = "/etc/gpusplit-lab/gpus.json"
+# image -> (program, entrypoint, more files of the image: path in the image -> file here)
 IMAGES = {
-    PAUSE_IMAGE: ("pause", ["/pause"]),
-    WORKLOAD_IMAGE: ("workload", ["/workload"]),
-    DEVICE_PLUGIN_IMAGE: ("device-plugin", ["/device-plugin"]),
+    PAUSE_IMAGE: ("pause", ["/pause"], {}),
+    WORKLOAD_IMAGE: ("workload", ["/workload"], {}),
+    DEVICE_PLUGIN_IMAGE: (
+        "device-plugin",
+        ["/device-plugin"],
+        {PLUGIN_FIXTURE_PATH: C.ROOT / "tests" / "fixtures" / "gpus" / "l40s-pair.json"},
+    ),
 }
 KUBELET_PORT = 10250
 KUBELET_HEALTHZ_PORT = 10248
@@ -274,13 +284,15 @@ def _digest(data: bytes) -> str:
     return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
-def oci_archive(name: str, program: Path, entrypoint: list[str]) -> bytes:
+def oci_archive(
+    name: str, program: Path, entrypoint: list[str], files: dict[str, Path] | None = None
+) -> bytes:
     """An OCI image layout (tar) of one image: one uncompressed layer with the static program as
-    `entrypoint[0]`, for linux/amd64, named `name` (containerd's `io.containerd.image.name`)."""
-    layer = _tar_bytes(
-        {entrypoint[0].lstrip("/"): (program.read_bytes(), 0o755)},
-        ["dev", "etc", "proc", "sys", "tmp"],
-    )
+    `entrypoint[0]` and ``files`` (path in the image -> file here; their dirs must be among the
+    layer's), for linux/amd64, named `name` (containerd's `io.containerd.image.name`)."""
+    content = {entrypoint[0].lstrip("/"): (program.read_bytes(), 0o755)}
+    content.update({path.lstrip("/"): (src.read_bytes(), 0o644) for path, src in (files or {}).items()})
+    layer = _tar_bytes(content, ["dev", "etc", "etc/gpusplit-lab", "proc", "sys", "tmp"])
     config = json.dumps(
         {
             "architecture": "amd64",
@@ -348,9 +360,9 @@ def import_images() -> list[str]:
     """Build each image's archive (under <lab>/node/images) and import it into containerd."""
     out = []
     (STATE / "images").mkdir(parents=True, exist_ok=True)
-    for name, (program, entrypoint) in IMAGES.items():
+    for name, (program, entrypoint, files) in IMAGES.items():
         archive = STATE / "images" / f"{program}.tar"
-        archive.write_bytes(oci_archive(name, IMAGE_PROGRAMS / program, entrypoint))
+        archive.write_bytes(oci_archive(name, IMAGE_PROGRAMS / program, entrypoint, files))
         proc = ctr("images", "import", "--platform", "linux/amd64", str(archive))
         if proc.returncode != 0:
             raise NodeError(f"ctr images import {C.shown(archive)} failed: {proc.stderr.strip()}")
@@ -389,7 +401,10 @@ def containerd_config() -> str:
             "  enable_cdi = true",
             f"  cdi_spec_dirs = {json.dumps([str(d) for d in CDI_DIRS])}",
             f"[{cri_runtime}.containerd]",
-            "  default_runtime_name = 'runc'",
+            # the NVIDIA runtime is the node's default, as NVIDIA's device plugin expects of a GPU node
+            # (`nvidia-ctk runtime configure --set-as-default`): a pod without a runtime class, the
+            # device plugin's included, goes through it and its hook
+            "  default_runtime_name = 'nvidia'",
             f"[{cri_runtime}.containerd.runtimes.runc]",
             "  runtime_type = 'io.containerd.runc.v2'",
             f"[{cri_runtime}.containerd.runtimes.runc.options]",
@@ -518,23 +533,63 @@ def write_kubelet_kubeconfig() -> None:
 # The NVIDIA container runtime (the `nvidia` runtime handler): the toolkit's generated config.toml,
 # in legacy mode (its hook), with runc below it and the nvidia-container-cli stand-in
 # (tests/fakes/bin/nvidia-container-cli, resolving against the node's GPU fixture and recording each
-# call in CLI_RECORD) in place of the driver's program.
+# call in CLI_RECORD) in place of the driver's program. The config.toml is where the toolkit keeps it
+# on a host, under the node's root, which is the lab's host root of lab-node-01 (inventory/lab):
+# gpusplit's gpu_host role hardens the very file the node's runtime reads.
 NODE_FIXTURE = C.ROOT / "tests" / "fixtures" / "gpus" / "l40s-pair.json"
-NVIDIA_CONFIG = STATE / "nvidia-container-runtime.toml"
+NVIDIA_CONFIG = ROOTDIR / "etc" / "nvidia-container-runtime" / "config.toml"
 CLI_RECORD = STATE / "nvidia-container-cli.jsonl"
 CLI_WRAPPER = STATE / "nvidia-container-cli"
 HOOK_WRAPPER = STATE / "nvidia-container-runtime-hook"
+# the character-device major of the NVIDIA driver's GPU nodes, /dev/nvidia<minor>
+NVIDIA_MAJOR = 195
+
+# The node's nvidia-container-cli: the stand-in, which resolves and records what the hook asks for, then
+# the part of the real program's work that the lab's device plugin relies on: each selected GPU's device
+# node, /dev/nvidia<minor> (major 195, the minor from the fixture), made in the container's /dev. The
+# hook runs before runc switches to the container's root, so the container's root is still at the path
+# the hook passes, in the container's mount namespace (`--pid`), as the real program finds it. An OCI
+# hook runs with no environment: the stand-in's is set here.
+_CLI_WRAPPER = """#!{python}
+import json, os, subprocess, sys, tempfile
+STANDIN, RECORD, FIXTURE, MAJOR = {standin!r}, {record!r}, {fixture!r}, {major}
+with tempfile.NamedTemporaryFile(prefix="nvidia-container-cli.", suffix=".jsonl") as own:
+    env = {{"PATH": "/usr/bin:/bin", "GPUSPLIT_FAKE_NVML_FIXTURE": FIXTURE, "GPUSPLIT_FAKE_CLI_RECORD": own.name}}
+    rc = subprocess.run([STANDIN, *sys.argv[1:]], env=env).returncode
+    text = open(own.name, encoding="utf-8").read()
+if text:
+    fd = os.open(RECORD, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    os.write(fd, text.encode())
+    os.close(fd)
+if rc:
+    sys.exit(rc)
+minors = {{g["uuid"]: g["minor_number"] for g in json.load(open(FIXTURE, encoding="utf-8"))["gpus"]}}
+for call in map(json.loads, text.splitlines()):
+    for uuid in call["devices"]:
+        if uuid not in minors:  # a MIG device: its parent GPU is selected too
+            continue
+        node = os.path.join(call["rootfs"], "dev", "nvidia%d" % minors[uuid])
+        made = subprocess.run(
+            ["nsenter", "--mount=/proc/%s/ns/mnt" % call["pid"], "--", "sh", "-c",
+             'test -e "$1" || mknod -m 0666 "$1" c "$2" "$3"', "mknod", node, str(MAJOR), str(minors[uuid])],
+            capture_output=True, text=True)
+        if made.returncode:
+            sys.stderr.write("nvidia-container-cli: mount error: %s: %s\\n" % (node, made.stderr.strip()))
+            sys.exit(1)
+"""
 
 
-def write_nvidia_config(extra: dict[str, str] | None = None) -> Path:
-    """The NVIDIA runtime's config.toml, set with the toolkit's own `nvidia-ctk config --set`
-    (``extra``: more settings, such as gpusplit's hardening). Returns its path."""
+def write_wrappers() -> None:
+    """The two programs the NVIDIA runtime's config.toml names: the nvidia-container-cli and the hook."""
     STATE.mkdir(parents=True, exist_ok=True)
-    # an OCI hook runs with no environment: the stand-in's is set by this wrapper
     CLI_WRAPPER.write_text(
-        "#!/bin/sh\n"
-        f"export PATH=/usr/bin:/bin GPUSPLIT_FAKE_CLI_RECORD='{CLI_RECORD}' GPUSPLIT_FAKE_NVML_FIXTURE='{NODE_FIXTURE}'\n"
-        f"exec '{C.ROOT / 'tests' / 'fakes' / 'bin' / 'nvidia-container-cli'}' \"$@\"\n"
+        _CLI_WRAPPER.format(
+            python=sys.executable,
+            standin=str(C.ROOT / "tests" / "fakes" / "bin" / "nvidia-container-cli"),
+            record=str(CLI_RECORD),
+            fixture=str(NODE_FIXTURE),
+            major=NVIDIA_MAJOR,
+        )
     )
     CLI_WRAPPER.chmod(0o755)
     # and the hook finds its config.toml through this one, as the GPU Operator's installer wraps it
@@ -544,6 +599,13 @@ def write_nvidia_config(extra: dict[str, str] | None = None) -> Path:
         f"exec '{C.BIN / 'nvidia-container-runtime-hook'}' \"$@\"\n"
     )
     HOOK_WRAPPER.chmod(0o755)
+
+
+def write_nvidia_config(extra: dict[str, str] | None = None) -> Path:
+    """The NVIDIA runtime's config.toml, set with the toolkit's own `nvidia-ctk config --set`
+    (``extra``: more settings, such as gpusplit's hardening). Returns its path."""
+    write_wrappers()
+    NVIDIA_CONFIG.parent.mkdir(parents=True, exist_ok=True)
     base = STATE / "nvidia-container-runtime.default.toml"
     proc = subprocess.run([str(C.BIN / "nvidia-ctk"), "config", "default"], capture_output=True, text=True)
     if proc.returncode != 0:
@@ -566,6 +628,16 @@ def write_nvidia_config(extra: dict[str, str] | None = None) -> Path:
     return NVIDIA_CONFIG
 
 
+# The node as a GPU host of the lab's inventory, for the runs that name it (`-i inventory/lab -i
+# <lab>/node/inventory.yml`): not in inventory/lab's hosts.yml, so the kwok fleet's runs and tests
+# see the inventory they always saw. Its variables are inventory/lab/host_vars/lab-node-01.yml.
+INVENTORY = STATE / "inventory.yml"
+
+
+def inventory() -> dict:
+    return {"all": {"children": {"gpu_nodes": {"hosts": {NAME: None}}}}}
+
+
 def write_config() -> None:
     STATE.mkdir(parents=True, exist_ok=True)
     for d in (KUBELET_DIR, POD_LOGS, CONTAINERD_ROOT, CONTAINERD_STATE, CNI_CONF_DIR, CNI_DATA, *CDI_DIRS):
@@ -574,6 +646,11 @@ def write_config() -> None:
     (CNI_CONF_DIR / "10-gpusplit-lab.conflist").write_text(json.dumps(cni_config(), indent=1) + "\n")
     (STATE / "kubelet.yaml").write_text(yaml.safe_dump(kubelet_config(), sort_keys=False))
     write_kubelet_kubeconfig()
+    write_wrappers()
+    INVENTORY.write_text(
+        f"# {NAME}, the lab's real node (lab/node.py): -i inventory/lab -i {C.shown(INVENTORY)}\n"
+        + yaml.safe_dump(inventory(), sort_keys=False)
+    )
     if not NVIDIA_CONFIG.exists():  # kept when a test changed it (gpusplit's hardening)
         write_nvidia_config()
 

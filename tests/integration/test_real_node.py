@@ -16,12 +16,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import shutil
 import subprocess
 import uuid
 from pathlib import Path
 
 import pytest
-from ansible_output import ansible_module
+from ansible_output import ansible_module, ansible_playbook
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toolkit_config as tc
 from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import pod_resources as pr
@@ -154,26 +155,20 @@ def test_gpu_pod_resources_reads_the_real_kubelets_socket(real_node, kubectl, ns
 FIXTURE = ROOT / "tests" / "fixtures" / "gpus" / "l40s-pair.json"
 
 
-def plugin_pod(strategy: str, exposed: Path) -> dict:
-    """The lab's device plugin on the real node: the kubelet's device-plugin dir, the GPU fixture and
-    the list of what the runtime exposed to it mounted from the node."""
+def toolkit_config(hardened: bool) -> None:
+    """The node's config.toml: the toolkit's stock one, or with gpusplit's edit of it (tc.HARDENING_SETTINGS)."""
+    node.write_nvidia_config()
+    if hardened:
+        text = node.NVIDIA_CONFIG.read_text()
+        node.NVIDIA_CONFIG.write_text(tc.edit_config(text, tc.HARDENING_SETTINGS, name="config.toml")["text"])
 
-    def host_file(name, path, mount, kind):
-        return {"name": name, "hostPath": {"path": str(path), "type": kind}}, {
-            "name": name,
-            "mountPath": mount,
-        }
 
-    volumes = [
-        host_file(
-            "device-plugins",
-            "/var/lib/kubelet/device-plugins",
-            "/var/lib/kubelet/device-plugins",
-            "Directory",
-        ),
-        host_file("fixture", FIXTURE, "/etc/gpusplit-lab/gpus.json", "File"),
-        host_file("exposed", exposed, "/run/nvidia-container-devices", "File"),
-    ]
+def plugin_pod(strategy: str, given: list[str]) -> dict:
+    """The lab's device plugin on the real node, asking the NVIDIA runtime (the node's default) for
+    ``given`` through its NVIDIA_VISIBLE_DEVICES; it advertises the GPU device nodes the runtime made
+    in its /dev. As gpusplit renders it: with `volume-mounts` it has CAP_SYS_ADMIN, which a hardened
+    toolkit requires of a container whose NVIDIA_VISIBLE_DEVICES it honours (docs/hardening.md, 2.3)."""
+    caps = {"drop": ["ALL"], "add": ["SYS_ADMIN"]} if strategy == "volume-mounts" else {"drop": ["ALL"]}
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -183,14 +178,25 @@ def plugin_pod(strategy: str, exposed: Path) -> dict:
             "tolerations": [{"key": node.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
             "automountServiceAccountToken": False,
             "terminationGracePeriodSeconds": 1,
-            "volumes": [v for v, _ in volumes],
+            "volumes": [
+                {
+                    "name": "device-plugins",
+                    "hostPath": {"path": "/var/lib/kubelet/device-plugins", "type": "Directory"},
+                }
+            ],
             "containers": [
                 {
                     "name": "plugin",
                     "image": node.DEVICE_PLUGIN_IMAGE,
                     "imagePullPolicy": "Never",
-                    "env": [{"name": "DEVICE_LIST_STRATEGY", "value": strategy}],
-                    "volumeMounts": [m for _, m in volumes],
+                    "env": [
+                        {"name": "DEVICE_LIST_STRATEGY", "value": strategy},
+                        {"name": "NVIDIA_VISIBLE_DEVICES", "value": ",".join(given)},
+                    ],
+                    "securityContext": {"privileged": False, "capabilities": caps},
+                    "volumeMounts": [
+                        {"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins"}
+                    ],
                 }
             ],
         },
@@ -202,11 +208,10 @@ def test_the_lab_device_plugin_registers_with_the_real_kubelet_which_allocates_i
     real_node, kubectl, ns, strategy
 ):
     gpus = json.loads(FIXTURE.read_text())["gpus"]
-    given = gpus[1]["uuid"]  # of the fixture's two GPUs, the runtime exposed the second only
-    exposed = node.ROOTDIR / "etc" / "gpusplit-lab" / f"exposed-{ns}"
-    exposed.parent.mkdir(parents=True, exist_ok=True)
-    exposed.write_text(given + "\n")
-    kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(plugin_pod(strategy, exposed)))
+    given = gpus[1]["uuid"]  # of the fixture's two GPUs, the runtime exposes the second only
+    # the volume-mount list needs the toolkit to read it: gpusplit's hardening goes with that strategy
+    toolkit_config(hardened=strategy == "volume-mounts")
+    kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(plugin_pod(strategy, [given])))
     try:
         # registered (the node's allocatable may still show an earlier plugin's until the kubelet's next
         # status update), then the real kubelet sets the node's allocatable from the registration
@@ -238,6 +243,9 @@ def test_the_lab_device_plugin_registers_with_the_real_kubelet_which_allocates_i
         else:
             assert "env NVIDIA_VISIBLE_DEVICES=/var/run/nvidia-container-devices" in lines, lines
             assert f"mount /var/run/nvidia-container-devices/{given}" in lines, lines
+        # through the NVIDIA runtime (the node's default) and its hook: that GPU's device node, no other
+        minor = gpus[1]["minor_number"]
+        assert [x for x in lines if x.startswith("device ")] == [f"device /dev/nvidia{minor}"], lines
         # the real kubelet's pod-resources answer: the pod holds exactly that GPU, read by gpusplit's module
         result = ansible_module(
             "localhost",
@@ -251,15 +259,14 @@ def test_the_lab_device_plugin_registers_with_the_real_kubelet_which_allocates_i
         assert held == [("gpu", "nvidia.com/gpu", given)], result["holders"]
     finally:
         kubectl("-n", ns, "delete", "pod", "--all", "--wait=true", "--timeout=60s", check=False)
-        exposed.unlink(missing_ok=True)
+        node.write_nvidia_config()
 
 
-def start_plugin(kubectl, ns: str, strategy: str, given: list[str]) -> Path:
-    """The lab's device plugin on the real node, given ``given``; waits until the kubelet advertises them."""
-    exposed = node.ROOTDIR / "etc" / "gpusplit-lab" / f"exposed-{ns}"
-    exposed.parent.mkdir(parents=True, exist_ok=True)
-    exposed.write_text("".join(f"{u}\n" for u in given))
-    kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(plugin_pod(strategy, exposed)))
+def start_plugin(kubectl, ns: str, strategy: str, given: list[str]) -> None:
+    """The lab's device plugin on the real node, given ``given`` by the NVIDIA runtime; waits until
+    the kubelet advertises them."""
+    toolkit_config(hardened=False)  # the toolkit's stock config.toml: the plugin's env is honoured
+    kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(plugin_pod(strategy, given)))
     kubectl.wait_for(
         lambda: "registered nvidia.com/gpu" in kubectl("-n", ns, "logs", "device-plugin", check=False).stdout,
         timeout=90,
@@ -273,7 +280,6 @@ def start_plugin(kubectl, ns: str, strategy: str, given: list[str]) -> Path:
         timeout=90,
         what=f"the real kubelet to advertise the {len(given)} GPU(s) the plugin was given",
     )
-    return exposed
 
 
 def cli_records() -> list[dict]:
@@ -300,7 +306,7 @@ def test_a_gpu_pod_starts_through_the_nvidia_runtime_and_its_hook_with_the_uuid_
             }
         ),
     )
-    exposed = start_plugin(kubectl, ns, "envvar", [g["uuid"] for g in gpus])
+    start_plugin(kubectl, ns, "envvar", [g["uuid"] for g in gpus])
     try:
         before = len(cli_records())
         pod = workload_pod("cuda", {}, wait=True)
@@ -327,7 +333,6 @@ def test_a_gpu_pod_starts_through_the_nvidia_runtime_and_its_hook_with_the_uuid_
         assert calls[0]["command"] == "configure" and calls[0]["all"] is False
     finally:
         kubectl("-n", ns, "delete", "pod", "--all", "--wait=true", "--timeout=60s", check=False)
-        exposed.unlink(missing_ok=True)
 
 
 def devices_of(ns: str, pod: str) -> list[str] | None:
@@ -345,7 +350,7 @@ def test_a_pod_keeps_its_gpu_on_the_real_kubelet_when_the_plugin_stops_advertisi
     holds (a re-split gave it to the host); the kubelet keeps the pod's device, its pod-resources
     answer still says so, until gpusplit's pod_eviction evicts the pod."""
     uuids = [g["uuid"] for g in json.loads(FIXTURE.read_text())["gpus"]]
-    exposed = start_plugin(kubectl, ns, "envvar", uuids)
+    start_plugin(kubectl, ns, "envvar", uuids)
     try:
         pod = workload_pod("holder", {}, wait=True)
         pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
@@ -372,7 +377,6 @@ def test_a_pod_keeps_its_gpu_on_the_real_kubelet_when_the_plugin_stops_advertisi
         )
     finally:
         kubectl("-n", ns, "delete", "pod", "--all", "--wait=true", "--timeout=60s", check=False)
-        exposed.unlink(missing_ok=True)
 
 
 def runtime_class(kubectl) -> None:
@@ -394,10 +398,7 @@ def test_a_pod_asking_for_host_gpus_in_its_env_gets_none_once_gpusplit_hardened_
     with gpusplit's edit of it (tc.HARDENING_SETTINGS) it hands it none."""
     gpus = json.loads(FIXTURE.read_text())["gpus"]
     runtime_class(kubectl)
-    node.write_nvidia_config()
-    if hardened:
-        text = node.NVIDIA_CONFIG.read_text()
-        node.NVIDIA_CONFIG.write_text(tc.edit_config(text, tc.HARDENING_SETTINGS, name="config.toml")["text"])
+    toolkit_config(hardened)
     try:
         before = len(cli_records())
         asks = {"all": "all", "host-uuid": gpus[0]["uuid"]}
@@ -420,6 +421,164 @@ def test_a_pod_asking_for_host_gpus_in_its_env_gets_none_once_gpusplit_hardened_
             assert got == sorted([(True, tuple(g["uuid"] for g in gpus)), (False, (gpus[0]["uuid"],))]), got
     finally:
         node.write_nvidia_config()  # the stock plumbing again
+
+
+# gpusplit's split on the real node: site.yml with the lab's inventory and the node's
+# (inventory/lab/host_vars/lab-node-01.yml: host_count 1 of its two GPUs), the lab's plugin image in
+# place of NVIDIA's and the node's taint tolerated; everything else as gpusplit renders it for any node.
+SPLIT_NODE_LABEL = f"gpusplit.io/node={node.NAME}"
+PLUGIN_SETTINGS = {
+    "image": node.DEVICE_PLUGIN_IMAGE,
+    "image_pull_policy": "Never",
+    "extra_tolerations": [{"key": node.TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}],
+}
+
+
+def site_on_the_real_node(*extra: str):
+    return ansible_playbook(
+        "site.yml",
+        INVENTORY,
+        "-i",
+        str(node.INVENTORY),
+        "--limit",
+        f"{node.NAME},localhost",
+        "-e",
+        json.dumps({"gpusplit_plugin_settings": PLUGIN_SETTINGS}),
+        *extra,
+    )
+
+
+def gpusplits(keys) -> list[str]:
+    """Of a node's label or annotation keys, those a split sets (gpusplit's, NVIDIA's gpu.present),
+    not the node's own (node.LABELS)."""
+    return [k for k in keys if k.startswith(("gpusplit.io/", "nvidia.com/")) and k not in node.LABELS]
+
+
+def undo_the_split_of_the_real_node(kubectl) -> None:
+    """What site.yml left on the real node, taken away whatever state a failed test left it in: the
+    split DaemonSet and its pods, the split's labels and annotations, the host side's files; the
+    toolkit's stock config.toml again. Other tests' runs of inventory/lab would otherwise find a
+    labelled node that left their inventory and clean it up."""
+    kubectl("delete", "daemonsets,configmaps", "-A", "-l", SPLIT_NODE_LABEL, "--wait=true", check=False)
+    kubectl.wait_for(
+        lambda: not kubectl.json("get", "pods", "-A", "-l", SPLIT_NODE_LABEL)["items"],
+        timeout=90,
+        what="the split plugin's pods to leave the real node",
+    )
+    meta = kubectl.json("get", "node", node.NAME)["metadata"]
+    if gpusplits(meta.get("labels", {})):
+        kubectl("label", "node", node.NAME, *(f"{k}-" for k in gpusplits(meta["labels"])))
+    if gpusplits(meta.get("annotations", {})):
+        kubectl("annotate", "node", node.NAME, *(f"{k}-" for k in gpusplits(meta["annotations"])))
+    shutil.rmtree(node.ROOTDIR / "etc" / "gpusplit", ignore_errors=True)
+    for backup in node.NVIDIA_CONFIG.parent.glob(f"{node.NVIDIA_CONFIG.name}.gpusplit-*"):
+        backup.unlink()
+    node.write_nvidia_config()
+
+
+@pytest.fixture
+def split_real_node(real_node, kubectl):
+    """The real node as the lab started it, before the test and after it, even when it fails half-way."""
+    undo_the_split_of_the_real_node(kubectl)
+    yield
+    undo_the_split_of_the_real_node(kubectl)
+    meta = kubectl.json("get", "node", node.NAME)["metadata"]
+    assert gpusplits(meta.get("labels", {})) == [] and gpusplits(meta.get("annotations", {})) == []
+    assert kubectl.json("get", "daemonsets", "-A", "-l", SPLIT_NODE_LABEL)["items"] == []
+
+
+def containers_cli_calls(kubectl, ns: str, pod: str) -> list[dict]:
+    """The nvidia-container-cli stand-in's records of the pod's containers (matched by their ids in
+    the root filesystem path the hook passed)."""
+    status = kubectl.json("-n", ns, "get", "pod", pod)["status"]
+    ids = [c["containerID"].removeprefix("containerd://") for c in status.get("containerStatuses", [])]
+    return [c for c in cli_records() if any(f"/{i}/rootfs" in c["rootfs"] for i in ids)]
+
+
+def run_to_end(kubectl, ns: str, pod: dict) -> list[str]:
+    """Run a workload pod to its end on the real node; its report (log lines)."""
+    name = pod["metadata"]["name"]
+    kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pod))
+    kubectl.wait_for(
+        lambda: kubectl.json("-n", ns, "get", "pod", name)["status"].get("phase") in ("Succeeded", "Failed"),
+        timeout=120,
+        what=f"the pod {name} to run on the real node and finish",
+    )
+    got = kubectl.json("-n", ns, "get", "pod", name)
+    assert got["status"]["phase"] == "Succeeded", json.dumps(got["status"], indent=1)
+    return kubectl("-n", ns, "logs", name).stdout.splitlines()
+
+
+def test_site_yml_splits_the_real_node_through_its_kubelet_and_the_nvidia_runtime(
+    real_node, kubectl, ns, split_real_node
+):
+    """gpusplit's own split DaemonSet on the real node: its plugin container gets from the NVIDIA
+    runtime (the node's default, hardened by the same run) exactly the GPUs of its NVIDIA_VISIBLE_DEVICES,
+    registers them with the real kubelet, which advertises exactly the inventory's Kubernetes share;
+    fleet verify says OK; a GPU pod gets exactly that GPU; a pod asking for the host's GPU or every
+    GPU through its env gets none, where before the run the same pod got the host's GPU."""
+    gpus = {g["uuid"]: g for g in json.loads(FIXTURE.read_text())["gpus"]}
+    by_bus = sorted(gpus, key=lambda u: gpus[u]["pci_bus_id"])
+    host_gpu, k8s_gpus = by_bus[0], by_bus[1:]  # host_count: 1, the first by PCI bus id
+
+    # the negative control: with the toolkit's stock config.toml (the node before gpusplit) a pod that
+    # asks for the host's GPU in its env, with no runtime class and nothing asked of the kubelet, gets it
+    before = workload_pod("host-gpu-before", {"NVIDIA_VISIBLE_DEVICES": host_gpu})
+    lines = run_to_end(kubectl, ns, before)
+    assert f"device /dev/nvidia{gpus[host_gpu]['minor_number']}" in lines, lines
+    assert [c["devices"] for c in containers_cli_calls(kubectl, ns, "host-gpu-before")] == [[host_gpu]]
+
+    proc = site_on_the_real_node()
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+
+    # fleet verify on the real kubelet's answer
+    report = json.loads((C.OUT / "fleet-report.json").read_text())
+    (entry,) = [n for n in report["nodes"] if n["name"] == node.NAME]
+    assert entry["verdict"] == "OK", entry
+    assert (entry["host_gpus"], entry["kubernetes_gpus"]) == ([host_gpu], k8s_gpus), entry
+
+    # the collection's split DaemonSet, pinned to the node, its plugin given the Kubernetes share
+    (ds,) = kubectl.json("get", "daemonsets", "-A", "-l", SPLIT_NODE_LABEL)["items"]
+    assert ds["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "gpusplit"
+    spec = ds["spec"]["template"]["spec"]
+    (ctr,) = spec["containers"]
+    env = {e["name"]: e.get("value") for e in ctr["env"]}
+    assert (
+        env["NVIDIA_VISIBLE_DEVICES"] == ",".join(k8s_gpus) and env["DEVICE_LIST_STRATEGY"] == "volume-mounts"
+    )
+    assert ctr["image"] == node.DEVICE_PLUGIN_IMAGE and "runtimeClassName" not in spec
+    assert ctr["securityContext"]["privileged"] is False
+    (pod,) = kubectl.json("-n", ds["metadata"]["namespace"], "get", "pods", "-l", SPLIT_NODE_LABEL)["items"]
+    assert pod["spec"]["nodeName"] == node.NAME and pod["status"]["phase"] == "Running"
+    # the hardened runtime honoured the plugin's request (CAP_SYS_ADMIN: privileged in the toolkit's
+    # sense) and the stand-in made exactly those GPUs' device nodes in its /dev
+    assert "accept-nvidia-visible-devices-envvar-when-unprivileged = false" in node.NVIDIA_CONFIG.read_text()
+    calls = containers_cli_calls(kubectl, ds["metadata"]["namespace"], pod["metadata"]["name"])
+    assert calls and all(c["devices"] == k8s_gpus for c in calls), calls
+    log = kubectl("-n", ds["metadata"]["namespace"], "logs", pod["metadata"]["name"]).stdout
+    assert f"the runtime exposed {len(k8s_gpus)} GPU(s) to this container: [{' '.join(k8s_gpus)}]" in log, log
+    assert "registered nvidia.com/gpu with the kubelet" in log, log
+
+    # the real kubelet advertises exactly the Kubernetes share
+    status = kubectl.json("get", "node", node.NAME)["status"]
+    assert status["allocatable"]["nvidia.com/gpu"] == str(len(k8s_gpus)), status["allocatable"]
+    assert status["capacity"]["nvidia.com/gpu"] == str(len(k8s_gpus)), status["capacity"]
+
+    # a GPU pod gets that GPU through the plugin's volume-mount list, the kubelet and the runtime
+    gpu_pod = workload_pod("gpu", {})
+    gpu_pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    lines = run_to_end(kubectl, ns, gpu_pod)
+    minor = gpus[k8s_gpus[0]]["minor_number"]
+    assert [x for x in lines if x.startswith("device ")] == [f"device /dev/nvidia{minor}"], lines
+    assert f"mount /var/run/nvidia-container-devices/{k8s_gpus[0]}" in lines, lines
+    assert [c["devices"] for c in containers_cli_calls(kubectl, ns, "gpu")] == [[k8s_gpus[0]]]
+
+    # a pod asking for the host's GPU, or every GPU, through its env gets none
+    for name, value in (("host-gpu", host_gpu), ("all-gpus", "all")):
+        lines = run_to_end(kubectl, ns, workload_pod(name, {"NVIDIA_VISIBLE_DEVICES": value}))
+        assert f"env NVIDIA_VISIBLE_DEVICES={value}" in lines, lines
+        assert [x for x in lines if x.startswith("device ")] == [], lines
+        assert containers_cli_calls(kubectl, ns, name) == []
 
 
 def test_a_second_build_of_the_node_is_cached_and_leaves_its_binaries_alone():

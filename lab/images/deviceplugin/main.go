@@ -1,11 +1,14 @@
-// The lab's device plugin (image gpusplit.lab/device-plugin): a kubelet device plugin speaking the
+// The lab's device plugin (image gpusplit.lab/k8s-device-plugin-standin): a kubelet device plugin speaking the
 // real device-plugin API (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1) to the real kubelet of the
 // lab's node, for what gpusplit relies on of NVIDIA's plugin:
 //
-//   - it advertises only the GPUs its container was given: the UUIDs listed, one a line, in the
-//     file EXPOSED_DEVICES_FILE (what the runtime exposed in the container), never the
-//     NVIDIA_VISIBLE_DEVICES of its own environment; each with its NUMA node from the GPU fixture
-//     (GPU_FIXTURE, the JSON the fake NVML reads);
+//   - it advertises only the GPUs its container was given: the GPU device nodes the NVIDIA runtime
+//     made in its /dev (DEVICE_DIR; /dev/nvidia<minor>, character devices of major 195, which the
+//     lab's nvidia-container-cli makes as the real one does), each GPU found by its minor number
+//     in the GPU fixture (GPU_FIXTURE, the JSON the fake NVML reads) as NVML finds it, with its
+//     UUID and NUMA node from there; never from the NVIDIA_VISIBLE_DEVICES of its own environment,
+//     so a runtime that refuses the container's request leaves it without GPUs. With none it
+//     registers nothing and waits, as NVIDIA's plugin does when it finds no device;
 //   - it registers RESOURCE_NAME (default nvidia.com/gpu) with the kubelet, serves ListAndWatch,
 //     GetDevicePluginOptions, Allocate and health, and registers again when the kubelet restarts
 //     (its socket is made anew);
@@ -22,6 +25,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -49,43 +53,63 @@ func env(name, fallback string) string {
 	return fallback
 }
 
-// exposed: the GPU UUIDs the runtime exposed in this container
-func exposed(path string) ([]string, error) {
-	data, err := os.ReadFile(path)
+// nvidiaMajor: the character-device major of the NVIDIA driver's GPU nodes (/dev/nvidia<minor>)
+const nvidiaMajor = 195
+
+// exposed: the minor numbers of the GPU device nodes in dir (/dev/nvidia<minor>, major 195; not
+// nvidiactl, whose minor is 255, nor nvidia-uvm), in minor order
+func exposed(dir string) ([]int64, error) {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, line := range strings.Split(string(data), "\n") {
-		if line = strings.TrimSpace(line); line != "" {
-			out = append(out, line)
+	var out []int64
+	for _, e := range entries {
+		digits := strings.TrimPrefix(e.Name(), "nvidia")
+		if digits == e.Name() || digits == "" || strings.Trim(digits, "0123456789") != "" {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(filepath.Join(dir, e.Name()), &st) != nil || st.Mode&syscall.S_IFMT != syscall.S_IFCHR {
+			continue
+		}
+		major, minor := int64(st.Rdev>>8&0xfff), int64(st.Rdev&0xff|st.Rdev>>12&0xfff00)
+		if major == nvidiaMajor && minor < 255 {
+			out = append(out, minor)
 		}
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
 	return out, nil
 }
 
-// numaOf: the NUMA node of each GPU UUID of the fixture
-func numaOf(path string) (map[string]int64, error) {
+type gpu struct {
+	uuid string
+	numa int64
+}
+
+// fixtureGPUs: the fixture's GPUs by minor number
+func fixtureGPUs(path string) (map[int64]gpu, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var fixture struct {
 		GPUs []struct {
-			UUID string `json:"uuid"`
-			NUMA *int64 `json:"numa_node"`
+			UUID  string `json:"uuid"`
+			Minor int64  `json:"minor_number"`
+			NUMA  *int64 `json:"numa_node"`
 		} `json:"gpus"`
 	}
 	if err := json.Unmarshal(data, &fixture); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	out := map[string]int64{}
+	out := map[int64]gpu{}
 	for _, g := range fixture.GPUs {
+		n := int64(-1)
 		if g.NUMA != nil {
-			out[g.UUID] = *g.NUMA
-		} else {
-			out[g.UUID] = -1
+			n = *g.NUMA
 		}
+		out[g.Minor] = gpu{uuid: g.UUID, numa: n}
 	}
 	return out, nil
 }
@@ -186,11 +210,12 @@ func main() {
 	log.SetFlags(0)
 	log.SetPrefix("gpusplit-lab-device-plugin: ")
 	dir := env("DEVICE_PLUGIN_DIR", pluginapi.DevicePluginPath)
-	uuids, err := exposed(env("EXPOSED_DEVICES_FILE", "/run/nvidia-container-devices"))
+	devDir := env("DEVICE_DIR", "/dev")
+	minors, err := exposed(devDir)
 	if err != nil {
-		log.Fatalf("what the runtime exposed in this container: %v", err)
+		log.Fatalf("the GPU device nodes of this container (%s): %v", devDir, err)
 	}
-	numa, err := numaOf(env("GPU_FIXTURE", "/etc/gpusplit-lab/gpus.json"))
+	gpus, err := fixtureGPUs(env("GPU_FIXTURE", "/etc/gpusplit-lab/gpus.json"))
 	if err != nil {
 		log.Fatalf("the GPU fixture: %v", err)
 	}
@@ -202,18 +227,24 @@ func main() {
 	if p.strategy != "envvar" && p.strategy != "volume-mounts" {
 		log.Fatalf("DEVICE_LIST_STRATEGY %q: envvar or volume-mounts", p.strategy)
 	}
-	for _, id := range uuids {
-		n, ok := numa[id]
+	for _, minor := range minors {
+		g, ok := gpus[minor]
 		if !ok {
-			log.Fatalf("exposed device %s is not a GPU of the fixture", id)
+			log.Fatalf("%s/nvidia%d is not a GPU of the fixture", devDir, minor)
 		}
-		d := &pluginapi.Device{ID: id, Health: pluginapi.Healthy}
-		if n >= 0 {
-			d.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: n}}}
+		d := &pluginapi.Device{ID: g.uuid, Health: pluginapi.Healthy}
+		if g.numa >= 0 {
+			d.Topology = &pluginapi.TopologyInfo{Nodes: []*pluginapi.NUMANode{{ID: g.numa}}}
 		}
 		p.devices = append(p.devices, d)
-		p.known[id] = true
+		p.known[g.uuid] = true
 	}
+	if len(p.devices) == 0 {
+		// NVIDIA's plugin, finding no device, registers nothing and blocks (its "No devices found")
+		log.Printf("no GPU device node in %s: the runtime exposed no GPU to this container; waiting indefinitely", devDir)
+		select {}
+	}
+	log.Printf("the runtime exposed %d GPU(s) to this container: %v", len(p.devices), p.ids())
 	name := "gpusplit-lab-" + strings.NewReplacer("/", "-", ".", "-").Replace(p.resource) + ".sock"
 	for {
 		p.stop = make(chan struct{})

@@ -7,9 +7,12 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import subprocess
 import tarfile
 import tomllib
 from pathlib import Path
+
+import yaml
 
 from lab import components as C
 from lab import node
@@ -64,6 +67,8 @@ def test_containerd_runs_with_the_settings_this_machine_needs():
     assert cri["restrict_oom_score_adj"] is True  # no CAP_SYS_RESOURCE
     assert cri["netns_mounts_under_state_dir"] is True  # every mount under the node's dirs
     runtimes = cri["containerd"]["runtimes"]
+    # the NVIDIA runtime is the default, as on a GPU node that NVIDIA's device plugin runs on
+    assert cri["containerd"]["default_runtime_name"] == "nvidia"
     assert runtimes["runc"]["options"]["BinaryName"] == str(C.BIN / "runc")
     assert runtimes["nvidia"]["options"]["BinaryName"] == str(C.BIN / "nvidia-container-runtime")
     assert cri["cni"]["bin_dirs"] == [str(node.CNI_BIN)]
@@ -158,3 +163,65 @@ def test_a_node_that_cannot_start_leaves_its_reason_for_the_tests(monkeypatch, t
     ).read_text() == "this machine lacks: capability CAP_SYS_ADMIN; the overlay filesystem"
     monkeypatch.setenv("GPUSPLIT_LAB_REAL_NODE", "0")
     assert node.lab_up() == (True, "lab-node-01 left out (GPUSPLIT_LAB_REAL_NODE=0)")
+
+
+def test_the_plugin_image_holds_the_node_fixture_and_the_program(tmp_path):
+    program, files = node.IMAGES[node.DEVICE_PLUGIN_IMAGE][0], node.IMAGES[node.DEVICE_PLUGIN_IMAGE][2]
+    assert program == "device-plugin" and "k8s-device-plugin" in node.DEVICE_PLUGIN_IMAGE
+    assert not node.DEVICE_PLUGIN_IMAGE.startswith("nvcr.io/")  # never named as NVIDIA's
+    binary = tmp_path / "device-plugin"
+    binary.write_bytes(b"\x7fELF not really")
+    archive = members(node.oci_archive(node.DEVICE_PLUGIN_IMAGE, binary, ["/device-plugin"], files))
+    (entry,) = json.loads(archive["index.json"])["manifests"]
+    manifest = json.loads(archive["blobs/sha256/" + entry["digest"].removeprefix("sha256:")])
+    (layer,) = manifest["layers"]
+    content = members(archive["blobs/sha256/" + layer["digest"].removeprefix("sha256:")])
+    assert content[node.PLUGIN_FIXTURE_PATH.lstrip("/")] == node.NODE_FIXTURE.read_bytes()
+    assert content["device-plugin"] == binary.read_bytes()
+
+
+def test_the_nvidia_container_cli_makes_the_selected_gpus_device_nodes(monkeypatch, tmp_path):
+    """The node's nvidia-container-cli: the stand-in records the call, then each selected GPU's device
+    node (major 195, its fixture minor) is made in the container's /dev, in its mount namespace."""
+    monkeypatch.setattr(node, "STATE", tmp_path)
+    monkeypatch.setattr(node, "CLI_WRAPPER", tmp_path / "nvidia-container-cli")
+    monkeypatch.setattr(node, "HOOK_WRAPPER", tmp_path / "hook")
+    monkeypatch.setattr(node, "CLI_RECORD", tmp_path / "calls.jsonl")
+    node.write_wrappers()
+    # its own nsenter and sh record what would run in the container's namespace
+    fakes = tmp_path / "fakes"
+    fakes.mkdir()
+    (fakes / "nsenter").write_text('#!/bin/sh\nprintf "%s\\n" "$*" >> "$(dirname "$0")/nsenter.log"\n')
+    (fakes / "nsenter").chmod(0o755)
+    gpus = json.loads(node.NODE_FIXTURE.read_text())["gpus"]
+    rootfs = tmp_path / "rootfs"
+    proc = subprocess.run(
+        [str(node.CLI_WRAPPER), "configure", f"--device={gpus[1]['uuid']}", "--pid=4242", str(rootfs)],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{fakes}:/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    (call,) = [json.loads(x) for x in node.CLI_RECORD.read_text().splitlines()]
+    assert call["devices"] == [gpus[1]["uuid"]] and call["rootfs"] == str(rootfs)
+    (made,) = (fakes / "nsenter.log").read_text().splitlines()
+    assert made.startswith("--mount=/proc/4242/ns/mnt -- sh -c ")
+    assert made.endswith(f"mknod {rootfs}/dev/nvidia{gpus[1]['minor_number']} 195 {gpus[1]['minor_number']}")
+    # an unknown device: the stand-in's error, nothing made
+    proc = subprocess.run(
+        [str(node.CLI_WRAPPER), "configure", "--device=GPU-nope", "--pid=4242", str(rootfs)],
+        capture_output=True,
+        text=True,
+        env={"PATH": f"{fakes}:/usr/bin:/bin"},
+    )
+    assert proc.returncode == 1 and "unknown device" in proc.stderr
+    assert len((fakes / "nsenter.log").read_text().splitlines()) == 1
+
+
+def test_the_node_inventory_puts_it_among_the_gpu_nodes_with_its_host_vars():
+    assert node.inventory() == {"all": {"children": {"gpu_nodes": {"hosts": {node.NAME: None}}}}}
+    host_vars = yaml.safe_load((C.ROOT / "inventory" / "lab" / "host_vars" / f"{node.NAME}.yml").read_text())
+    assert host_vars["gpusplit_lab_fixture"] == node.NODE_FIXTURE.stem
+    assert host_vars["gpusplit_mode"] == "device_plugin"
+    # not a host of hosts.yml: the kwok fleet's runs see the inventory they always saw
+    assert node.NAME not in (C.ROOT / "inventory" / "lab" / "hosts.yml").read_text()
