@@ -19,7 +19,7 @@ export GPUSPLIT_KUBE_VERSION := $(K8S)
 endif
 export PATH := $(if $(K8S),$(CURDIR)/.lab/bin/$(K8S):)$(CURDIR)/$(BIN):$(CURDIR)/.lab/bin:$(PATH)
 
-.PHONY: venv legs-venv test-matrix demo test lint unit integration bench lab-build lab-build-default lab-up lab-down lab-status lab-reset clean dist changelog multi-python bench-fleet
+.PHONY: venv legs-venv test-matrix demo test lint unit integration bench lab-build lab-build-default lab-up lab-down lab-status lab-reset clean dist changelog release multi-python bench-fleet
 
 venv: $(VENV)/.done $(COLL_LINK)
 
@@ -87,9 +87,15 @@ lint: venv
 dist: venv
 	$(BIN)/python tools/dist.py
 
-# CHANGELOG.md rendered from changelogs/fragments
+# the next release's CHANGELOG.md, rendered from changelogs/fragments into out/ (the checkout is left alone)
 changelog: venv
-	$(BIN)/python tools/changelog.py CHANGELOG.md
+	$(BIN)/python tools/changelog.py out/CHANGELOG.md
+
+# cut the release of galaxy.yml's version: antsibull-changelog release folds the fragments into
+# changelogs/changelog.yaml and writes CHANGELOG.md (tools/changelog.py --release)
+release: venv
+	$(BIN)/antsibull-changelog lint
+	$(BIN)/python tools/changelog.py --release
 
 unit: venv
 	$(BIN)/pytest -m "not integration" tests
