@@ -1,4 +1,4 @@
-"""docs/errors.md is what tools/gen_errors_doc.py writes from the code (issue 18): it cannot drift.
+"""docs/errors.md is what tools/gen_errors_doc.py writes from the code: it cannot drift.
 
 After a change to a refusal message: python tools/gen_errors_doc.py
 """
@@ -29,8 +29,28 @@ def test_the_page_lists_refusals_of_every_capability():
     assert "\n## Other\n" not in text, "a file with refusals belongs to no capability: add it to CAPABILITIES"
     # messages of this issue, as the reader sees them
     assert "- `<host>: node_name (gpusplit_node_name) <node_name> is not a Kubernetes node name" in text
-    assert "- `<at>: <pattern>: <what> (relative paths start at <os.getcwd()>)` (read_manifests)" in text
-    assert "- `<path>: not valid YAML: <_yaml_problem(exc)>` (_read_file)" in text
+    assert "- `<at>: <pattern>: <what> (relative paths start at <os.getcwd()>)`\n" in text
+    assert "- `<path>: not valid YAML: <_yaml_problem(exc)>`\n" in text
+
+
+def test_the_page_names_no_private_file():
+    """The collection's files are private (docs/architecture.md): the page is indexed by capability and message."""
+    text = GEN.render()
+    for private in ("plugins/", "module_utils", "plugin_utils"):
+        assert private not in text, private
+    assert "### Role `gpusplit.k8s.gpu_plan`" in text
+
+
+def test_messages_are_in_alphabetical_order_within_a_capability():
+    text = GEN.render()
+    for section in text.split("\n## ")[2:]:
+        if section.startswith(GEN.YAML_TITLE):
+            continue
+        messages = [line[2:] for line in section.splitlines() if line.startswith("- ")]
+        assert messages, section.splitlines()[0]
+        assert messages == sorted(messages, key=lambda m: GEN._message_key(m.strip("`").strip())), section[
+            :40
+        ]
 
 
 def test_a_message_is_read_from_each_kind_of_site(tmp_path):
