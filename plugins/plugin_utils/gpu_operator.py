@@ -49,6 +49,12 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.gpu_operator_checks i
     mig_config_labels,
     operator_nodes,
 )
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.operator_mig_layouts import (
+    CONFIGMAP_NAME,
+    check_layouts,
+    node_layouts,
+    render_configmap,
+)
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.settings import with_defaults
 
 API_VERSION = "nvidia.com/v1"
@@ -275,7 +281,7 @@ def _cdi_enabled(spec_or_values):
     return True if value is None else bool(value)  # the CRD and the chart default to true
 
 
-def owned_spec(live, settings, strategy, manager):
+def owned_spec(live, settings, strategy, manager, mig_config_name=None):
     """(spec fields gpusplit applies, notes) for the live ClusterPolicy ``live``.
 
     A field gpusplit owned before and no longer wants is sent with its live value, so that it is
@@ -304,6 +310,12 @@ def owned_spec(live, settings, strategy, manager):
         out["mig"] = {"strategy": strategy}
     elif ("spec", "mig", "strategy") in owned and live_strategy is not None:
         out["mig"] = {"strategy": live_strategy}
+    # the MIG manager's config: gpusplit's ConfigMap of per-node layouts (operator_mig_layouts.py)
+    live_config = dig(spec, "migManager", "config", "name")
+    if mig_config_name is not None:
+        out["migManager"] = {"config": {"name": mig_config_name}}
+    elif ("spec", "migManager", "config", "name") in owned and live_config is not None:
+        out["migManager"] = {"config": {"name": live_config}}
     return out, notes
 
 
@@ -317,10 +329,11 @@ def render_clusterpolicy(name, spec):
         toolkit_env=dig(spec, "toolkit", "env"),
         device_plugin_env=dig(spec, "devicePlugin", "env"),
         mig_strategy=dig(spec, "mig", "strategy"),
+        mig_config_name=dig(spec, "migManager", "config", "name"),
     )
 
 
-def helm_values(settings, strategy):
+def helm_values(settings, strategy, mig_config_name=None):
     """(values, notes): the user's chart values with gpusplit's fields set on top."""
     values = copy.deepcopy(settings["helm_values"] or {})
     notes = []
@@ -337,6 +350,8 @@ def helm_values(settings, strategy):
         if dig(values, "mig", "strategy") not in (None, strategy):
             notes.append(f"mig.strategy {dig(values, 'mig', 'strategy')!r} replaced by {strategy!r}")
         owned["mig"] = {"strategy": strategy}
+    if mig_config_name is not None:
+        owned["migManager"] = {"config": {"name": mig_config_name}}
     return deep_merge(values, owned), notes
 
 
@@ -409,8 +424,10 @@ def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None,
         live = next(c for c in clusterpolicies if c["metadata"]["name"] == selected["managed"])
         warnings.extend(selected["warnings"])
 
+    layouts = node_layouts(plan)
+    mig_config_name = CONFIGMAP_NAME if layouts else None
     helm = False
-    values, value_notes = helm_values(s, strategy)
+    values, value_notes = helm_values(s, strategy, mig_config_name)
     if s["install"] == "helm" or (s["install"] == "auto" and not clusterpolicies):
         helm = True
     elif s["install"] == "skip" and not clusterpolicies:
@@ -422,6 +439,15 @@ def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None,
     labels, errs, warns = mig_config_labels(plan, mig_configs, migmanager is not False)
     errors.extend(errs)
     warnings.extend(warns)
+    errors.extend(
+        check_layouts(layouts, labels, live, nodes, dig(s["helm_values"], "migManager", "config", "name"))
+    )
+    if layouts and migmanager is False:
+        errors.append(
+            f"gpusplit_mig_geometry is set for {', '.join(sorted(layouts))}, but the ClusterPolicy has "
+            "spec.migManager.enabled false: nothing would apply it. Enable the MIG manager"
+        )
+    labels.update({node: name for node, (name, _entries) in layouts.items()})
 
     if daemonsets is not None and s["stock_plugin_action"] == "refuse":
         colliding = colliding_plugin_daemonsets(daemonsets, plan, s["operator_managed"])
@@ -435,9 +461,11 @@ def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None,
     if errors:
         raise OperatorError(errors)
 
-    objects = []
+    namespace = dig(live, "status", "namespace") or s["namespace"]
+    # the MIG manager's ConfigMap first: the ClusterPolicy names it
+    objects = [render_configmap(namespace, layouts)] if layouts else []
     if live is not None:
-        spec, notes = owned_spec(live, s, strategy, s["field_manager"])
+        spec, notes = owned_spec(live, s, strategy, s["field_manager"], mig_config_name)
         warnings.extend(f"ClusterPolicy {selected['managed']}: {n}" for n in notes)
         if spec:
             objects.append(render_clusterpolicy(selected["managed"], spec))
@@ -477,8 +505,6 @@ def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None,
             f"GPU nodes gpusplit does not plan keep the operator's device plugin: {', '.join(unsplit)}"
         )
     summary.extend(_mig_report(plan, labels, nodes, s["node_field_manager"], warnings))
-
-    namespace = dig(live, "status", "namespace") or s["namespace"]
     return {
         "helm": helm,
         "helm_values": values,

@@ -95,6 +95,21 @@ def mig_config_labels(plan, configs, migmanager_enabled=True):
                 f"node is in mode {p['mode']} (set gpusplit_mode {operator_modes}, or configure MIG yourself)"
             )
             continue
+        outside = list(p.get("host_uuids") or []) + [e["uuid"] for e in p.get("excluded") or []]
+        if outside:
+            errors.append(
+                f"{host}: gpusplit_mig_config {config!r} is one MIG layout for every GPU of the node: the MIG "
+                f"manager would also repartition the GPU(s) the host keeps, {', '.join(outside)}. Declare the "
+                "Kubernetes share's layout with gpusplit_mig_geometry instead (gpusplit then gives this node a "
+                "mig-parted config that lists only the Kubernetes share's GPUs). Nothing was changed."
+            )
+            continue
+        if p.get("mig_geometry"):
+            errors.append(
+                f"{host}: gpusplit_mig_config {config!r} and gpusplit_mig_geometry both set the node's MIG "
+                "layout; keep gpusplit_mig_geometry"
+            )
+            continue
         strategy = p["mig_strategy"]
         if strategy == "none" and config != MIG_CONFIG_DISABLED:
             errors.append(

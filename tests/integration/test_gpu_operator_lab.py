@@ -82,14 +82,15 @@ OWN_HOSTS = {
         "gpusplit_mig_strategy": "single",
         "gpusplit_split": {"count": 1},
     },
-    # MIG asked of the operator's MIG manager on an H100 node whose GPUs have MIG off today: the plan
-    # counts whole GPUs until the MIG manager has applied the config and gpusplit runs again
+    # MIG asked of the operator's MIG manager on an H200 node whose GPU has MIG off today and goes to
+    # Kubernetes (a node-wide layout is refused where the host keeps a GPU): the plan counts whole GPUs
+    # until the MIG manager has applied the config and gpusplit runs again
     MIG_NODE: {
-        "gpusplit_lab_fixture": "dgx-h100",
+        "gpusplit_lab_fixture": "h200",
         "gpusplit_mode": "gpu_operator",
         "gpusplit_mig_strategy": "single",
-        "gpusplit_mig_config": "all-1g.10gb",
-        "gpusplit_split": {"host_count": 4},
+        "gpusplit_mig_config": "all-1g.18gb",
+        "gpusplit_split": {"count": 1},
     },
     # an A100 host with MIG on GPUs 0 and 1: Kubernetes gets them, named by the MIG UUIDs of their
     # four MIG devices (as `nvidia-smi -L` prints them); GPUs 2 and 3 stay with the host
@@ -103,12 +104,12 @@ OWN_HOSTS = {
 FIXTURE_OF = {
     SPLIT_DGX: "dgx-h100",
     SPLIT_H200: "h200",
-    MIG_NODE: "dgx-h100",
+    MIG_NODE: "h200",
     A100: "a100-mig-uniform",
     FREE: "workstation",
 }
 # the operator's privileged plugin sees every GPU; without a MIG strategy it counts whole GPUs
-ALL_GPUS = {SPLIT_DGX: 8, SPLIT_H200: 1, MIG_NODE: 8, A100: 4, FREE: 2}
+ALL_GPUS = {SPLIT_DGX: 8, SPLIT_H200: 1, MIG_NODE: 1, A100: 4, FREE: 2}
 
 
 # --------------------------------------------------------------------------------------------
@@ -481,7 +482,7 @@ def test_split_nodes_get_the_split_plugin_and_the_operators_plugin_stays_on_the_
     assert f"gpusplit-dp-{FREE}" not in dss
     # MIG: the operator's label for the MIG manager, under gpusplit's second field manager
     mig = node(kubectl, MIG_NODE)
-    assert mig["metadata"]["labels"][MIG_CONFIG] == "all-1g.10gb"
+    assert mig["metadata"]["labels"][MIG_CONFIG] == "all-1g.18gb"
     assert fields(mig, "gpusplit-gpu-operator")["f:metadata"] == {"f:labels": {f"f:{MIG_CONFIG}": {}}}
     assert f"f:{MIG_CONFIG}" not in fields(mig, "gpusplit")["f:metadata"]["f:labels"]
     assert f"f:{DEPLOY_DP}" in fields(mig, "gpusplit")["f:metadata"]["f:labels"]
@@ -493,11 +494,11 @@ def test_split_nodes_get_the_split_plugin_and_the_operators_plugin_stays_on_the_
     # parent GPUs by UUID: once the MIG manager has made MIG devices of them, the plugin (single)
     # advertises those; the UUIDs of whole GPUs stay the same, so this DaemonSet stays valid
     assert env["NVIDIA_VISIBLE_DEVICES"].split(",") == plan["nodes"][MIG_NODE]["kubernetes_uuids"]
-    assert len(plan["nodes"][MIG_NODE]["kubernetes_uuids"]) == 4
+    assert len(plan["nodes"][MIG_NODE]["kubernetes_uuids"]) == 1
     assert plan["nodes"][MIG_NODE]["kubernetes_mig_uuids"] == []  # MIG is off on them today
     text = " ".join(operator["run"].stdout.split())
     assert (
-        f"{MIG_NODE}: nvidia.com/mig.config=all-1g.10gb asks for MIG but no GPU of the Kubernetes share"
+        f"{MIG_NODE}: nvidia.com/mig.config=all-1g.18gb asks for MIG but no GPU of the Kubernetes share"
         in text
     )
     for name in (SPLIT_DGX, SPLIT_H200, FREE):
@@ -507,7 +508,7 @@ def test_split_nodes_get_the_split_plugin_and_the_operators_plugin_stays_on_the_
 def test_advertisements_and_verify_verdicts(operator, kubectl):
     assert operator["before"] == {n: str(c) for n, c in ALL_GPUS.items()}  # the operator's plugin saw all
     # the A100's split plugin sees GPUs 0 and 1 and, under single, advertises their four MIG devices
-    expected = {SPLIT_DGX: "6", SPLIT_H200: "1", FREE: "2", MIG_NODE: "4", A100: "4"}
+    expected = {SPLIT_DGX: "6", SPLIT_H200: "1", FREE: "2", MIG_NODE: "1", A100: "4"}
     kubectl.wait_for(
         lambda: all(advertised(kubectl, n) == v for n, v in expected.items()),
         what=f"advertisements {expected}",
@@ -522,7 +523,7 @@ def test_advertisements_and_verify_verdicts(operator, kubectl):
     verdicts = {n["name"]: n for n in report["nodes"]}
     assert verdicts[SPLIT_DGX]["verdict"] == "OK" and verdicts[SPLIT_DGX]["allocatable"] == 6
     assert verdicts[SPLIT_H200]["verdict"] == "OK" and verdicts[SPLIT_H200]["allocatable"] == 1
-    assert verdicts[MIG_NODE]["verdict"] == "OK" and verdicts[MIG_NODE]["allocatable"] == 4
+    assert verdicts[MIG_NODE]["verdict"] == "OK" and verdicts[MIG_NODE]["allocatable"] == 1
     assert verdicts[A100]["verdict"] == "OK" and verdicts[A100]["resources"] == {GPU: 4}
     assert report["counts"] == {"OK": len(verdicts), "DRIFT": 0, "FAIL": 0}
     lab_hosts = yaml.safe_load((INVENTORY / "hosts.yml").read_text())["all"]["children"]["gpu_nodes"]["hosts"]
@@ -614,3 +615,30 @@ def test_part_of_a_gpus_mig_devices_is_refused_before_anything_changes(operator,
     assert {n: d["metadata"]["generation"] for n, d in split_daemonsets(kubectl).items()} == dss
     assert node(kubectl, A100)["metadata"]["labels"] == labels
     assert advertised(kubectl, A100) == "4"
+
+
+def test_a_node_wide_mig_layout_where_the_host_keeps_gpus_is_refused_before_anything_changes(
+    operator, kubectl
+):
+    def edit(hosts):
+        hosts[SPLIT_DGX]["gpusplit_mig_config"] = "all-1g.10gb"  # the DGX keeps GPUs for the host
+
+    host_gpus = json.loads((operator["tmp"] / "out" / "fleet-plan.json").read_text())["nodes"][SPLIT_DGX][
+        "host_uuids"
+    ]
+    assert len(host_gpus) == 2
+    inv = operator_inventory(operator["tmp"] / "mig-host-share", edit)
+    before = kubectl.json("get", "clusterpolicy", POLICY)["metadata"]["resourceVersion"]
+    dss = {n: d["metadata"]["generation"] for n, d in split_daemonsets(kubectl).items()}
+    labels = node(kubectl, SPLIT_DGX)["metadata"]["labels"]
+    proc = run_playbook(kubectl, "gpu_operator.yml", inv, check=False)
+    assert proc.returncode != 0
+    text = " ".join(proc.stdout.split())
+    assert (
+        f"{SPLIT_DGX}: gpusplit_mig_config 'all-1g.10gb' is one MIG layout for every GPU of the node: the MIG "
+        f"manager would also repartition the GPU(s) the host keeps, {', '.join(host_gpus)}." in text
+    ), text[-3000:]
+    assert "gpusplit_mig_geometry" in text
+    assert kubectl.json("get", "clusterpolicy", POLICY)["metadata"]["resourceVersion"] == before
+    assert {n: d["metadata"]["generation"] for n, d in split_daemonsets(kubectl).items()} == dss
+    assert node(kubectl, SPLIT_DGX)["metadata"]["labels"] == labels

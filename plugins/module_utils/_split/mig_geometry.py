@@ -15,13 +15,18 @@ split is placed, with every other refusal of the host:
   than the GPU has; where each instance is placed is for the driver to decide;
 - a MIG strategy that advertises MIG devices (single, with one profile across the share; or mixed).
 
-gpusplit checks the geometry against the GPUs' MIG devices in the facts; it does not change a GPU's
-geometry: a GPU whose MIG devices differ from the declared ones is refused, with what to run.
+gpusplit checks the geometry against the GPUs' MIG devices in the facts. Where the GPU Operator runs
+(mode gpu_operator), its MIG manager applies it: the node gets a mig-parted config of its own
+(:func:`mig_parted_layout`, named by :func:`layout_name`) whose entries list only the Kubernetes share's
+GPUs by their index in this run's facts, so the host's GPUs are left out and never touched; a GPU whose
+MIG devices differ is a warning there (the plan counts what the GPU has now). Elsewhere a GPU whose MIG
+devices differ from the declared ones is refused, with what to run.
 Every problem is appended to ``errors``; nothing is raised here.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 
@@ -168,24 +173,69 @@ def mig_parted_entry(index, profiles):
     return {"devices": [index], "mig-enabled": True, "mig-devices": {p: counts[p] for p in sorted(counts)}}
 
 
+LAYOUT_PREFIX = "gpusplit-"
+_LABEL_VALUE_MAX = 63
+
+
+def layout_name(node):
+    """The name of ``node``'s own entry in a mig-parted config (and the value of its ``nvidia.com/mig.config``
+    label): ``gpusplit-<node>``, or ``gpusplit-<12 hex digits of the name's SHA-256>`` where that is longer than
+    a label value may be (63 characters)."""
+    name = f"{LAYOUT_PREFIX}{node}"
+    if len(name) <= _LABEL_VALUE_MAX:
+        return name
+    return LAYOUT_PREFIX + hashlib.sha256(str(node).encode()).hexdigest()[:12]
+
+
+def mig_parted_layout(node_plan):
+    """The entries of ``node_plan``'s own mig-parted config: one per GPU of its ``mig_geometry`` (all of them
+    in the Kubernetes share), by the GPU's index in this run's facts, in index order. The host's GPUs and
+    the Kubernetes GPUs without a declared geometry are left out, which mig-parted reads as "leave alone"
+    (it walks only the GPUs an entry's ``devices`` selects). [] without a geometry."""
+    geometry = node_plan.get("mig_geometry") or {}
+    by_uuid = {g["uuid"]: g for g in node_plan.get("gpus") or []}
+    entries = []
+    for uuid in sorted(geometry, key=lambda u: by_uuid[u]["index"]):
+        g = by_uuid[uuid]
+        if g["share"] != "kubernetes":
+            raise ValueError(f"GPU {uuid} is in the {g['share']} share; its MIG geometry is not gpusplit's")
+        entries.append(mig_parted_entry(g["index"], geometry[uuid]))
+    return entries
+
+
+def _differs(g, profiles):
+    have = sorted(str(m["profile"]) for m in g.migs) if g.mig_enabled else []
+    return have if have != sorted(profiles) else None
+
+
 def _check_applied(host, st, wanted, errors):
     """A GPU whose MIG devices in the facts are not the declared ones is refused: gpusplit does not repartition.
     The message carries the mig-parted config that would apply it to that GPU alone (by its index in this
-    run's facts, which the operator checks against the UUID on the host first: indices are not stable)."""
+    run's facts, which the operator checks against the UUID on the host first: indices are not stable).
+    Under the GPU Operator (operator_managed) its MIG manager applies the node's own layout: a warning."""
     by_uuid = {g.uuid: g for g in st.gpus if g.uuid}
     for uuid, profiles in sorted(wanted.items()):
         g = by_uuid[uuid]
-        have = sorted(str(m["profile"]) for m in g.migs) if g.mig_enabled else []
-        if have != sorted(profiles):
-            now = f"MIG devices [{', '.join(have)}]" if g.mig_enabled else "MIG disabled"
-            config = json.dumps(
-                {"version": "v1", "mig-configs": {"gpusplit": [mig_parted_entry(g.index, profiles)]}},
-                separators=(", ", ": "),
+        have = _differs(g, profiles)
+        if have is None:
+            continue
+        now = f"MIG devices [{', '.join(have)}]" if g.mig_enabled else "MIG disabled"
+        if st.mode_info.operator_managed:
+            st.warnings.append(
+                f"{VAR}: GPU {g.describe()} has {now}, the inventory declares [{', '.join(profiles)}]; the GPU "
+                "Operator's MIG manager applies it to the Kubernetes share's GPUs only (this node's own mig-parted "
+                "config). The plan counts what the GPU has now: run gpusplit again once the node's "
+                "nvidia.com/mig.config.state is success"
             )
-            errors.append(
-                f"{host}: {VAR}: GPU {g.describe()} has {now}, the inventory declares [{', '.join(profiles)}]; "
-                "gpusplit checks the geometry but does not change it. Once every process on that GPU has stopped, "
-                f"check that nvidia-smi -L still shows {g.uuid} as GPU {g.index}, then apply it to that GPU alone: "
-                f"nvidia-mig-parted apply -c gpusplit -f <file> with this file: {config}; then run this again. "
-                "Nothing was changed."
-            )
+            continue
+        config = json.dumps(
+            {"version": "v1", "mig-configs": {"gpusplit": [mig_parted_entry(g.index, profiles)]}},
+            separators=(", ", ": "),
+        )
+        errors.append(
+            f"{host}: {VAR}: GPU {g.describe()} has {now}, the inventory declares [{', '.join(profiles)}]; "
+            "gpusplit checks the geometry but does not change it. Once every process on that GPU has stopped, "
+            f"check that nvidia-smi -L still shows {g.uuid} as GPU {g.index}, then apply it to that GPU alone: "
+            f"nvidia-mig-parted apply -c gpusplit -f <file> with this file: {config}; then run this again. "
+            "Nothing was changed."
+        )

@@ -406,17 +406,27 @@ def render_defaults():
     return render.DEFAULT_SETTINGS
 
 
+# an H100 node whose GPUs all go to Kubernetes: a node-wide MIG layout touches no host GPU
+WHOLE = {
+    "facts": facts("dgx-h100"),
+    "mode": "gpu_operator",
+    "split": {"host_count": 0},
+    "mig_strategy": "single",
+}
+
+
 def test_mig_config_labels_and_their_rules():
-    plan = fleet()
-    labels, errors, warnings = C.mig_config_labels(plan, {"op-mig": "all-3g.40gb", "op-a": "all-disabled"})
-    assert labels == {"op-mig": "all-3g.40gb", "op-a": "all-disabled"} and errors == warnings == []
-    _, errors, _ = C.mig_config_labels(plan, {"op-mig": "all-balanced"})
+    plan = fleet(**{"op-a": WHOLE})
+    labels, errors, warnings = C.mig_config_labels(plan, {"op-a": "all-disabled"})
+    assert labels == {"op-a": "all-disabled"} and errors == warnings == []
+    assert C.mig_config_labels(plan, {"op-a": "all-1g.10gb"})[:2] == ({"op-a": "all-1g.10gb"}, [])
+    _, errors, _ = C.mig_config_labels(plan, {"op-a": "all-balanced"})
     assert "mig_strategy single needs" in errors[0]
-    _, _, warnings = C.mig_config_labels(plan, {"op-mig": "my-custom"})
+    _, _, warnings = C.mig_config_labels(plan, {"op-a": "my-custom"})
     assert "not a stock all-<profile> config" in warnings[0]
-    _, errors, _ = C.mig_config_labels(plan, {"op-mig": "bad value!"})
+    _, errors, _ = C.mig_config_labels(plan, {"op-a": "bad value!"})
     assert "not a valid label value" in errors[0]
-    _, errors, _ = C.mig_config_labels(plan, {"op-mig": "all-3g.40gb"}, migmanager_enabled=False)
+    _, errors, _ = C.mig_config_labels(plan, {"op-a": "all-1g.10gb"}, migmanager_enabled=False)
     assert "migManager.enabled false" in errors[0]
     none_plan = fleet(
         **{
@@ -425,8 +435,11 @@ def test_mig_config_labels_and_their_rules():
         }
     )
     _, errors, _ = C.mig_config_labels(none_plan, {"op-a": "all-1g.10gb"})
+    assert "repartition the GPU(s) the host keeps" in errors[0]  # op-a keeps 6 GPUs for the host here
+    whole_none = fleet(**{"op-a": {**WHOLE, "mig_strategy": "none"}, "op-mig": None})
+    _, errors, _ = C.mig_config_labels(whole_none, {"op-a": "all-1g.10gb"})
     assert "gpusplit_mig_strategy is none" in errors[0]
-    assert C.mig_config_labels(none_plan, {"op-a": "all-disabled"})[0] == {"op-a": "all-disabled"}
+    assert C.mig_config_labels(whole_none, {"op-a": "all-disabled"})[0] == {"op-a": "all-disabled"}
     assert C.mig_config_labels(plan, {"not-planned": "all-1g.10gb"})[0] == {}
 
 
@@ -440,18 +453,20 @@ def test_mig_split_selects_the_mig_devices_of_whole_gpus():
     ds = render.render_split_daemonset(node, {"hardening": "volume-mounts"})
     env = {e["name"]: e["value"] for e in ds["spec"]["template"]["spec"]["containers"][0]["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == A100_0 and env["MIG_STRATEGY"] == "single"
-    out = G.operator_config(plan, {"op-mig": "all-3g.40gb"}, [live_policy()], VM, nodes=[])
+    out = G.operator_config(plan, {}, [live_policy()], VM, nodes=[])
     assert out["mig_strategy"] == "single"
     assert out["objects"][0]["spec"]["mig"] == {"strategy": "single"}
-    assert out["mig_labels"] == [
+    whole = G.operator_config(
+        fleet(**{"op-a": WHOLE}), {"op-a": "all-1g.10gb"}, [live_policy()], VM, nodes=[]
+    )
+    assert whole["mig_labels"] == [
         {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": "op-mig", "labels": {"nvidia.com/mig.config": "all-3g.40gb"}},
+            "metadata": {"name": "op-a", "labels": {"nvidia.com/mig.config": "all-1g.10gb"}},
         }
     ]
-    assert any(A100_0_MIGS[0] in line for line in out["summary"])
-    no_label = G.operator_config(plan, {}, [live_policy()], VM, nodes=[])
+    no_label = out
     assert f"op-mig: Kubernetes gets MIG devices {', '.join(A100_0_MIGS)}" in no_label["summary"]
     # the same split named by the MIG UUIDs (from `nvidia-smi -L`) gives the same plan ...
     by_mig = fleet(
@@ -481,7 +496,7 @@ def test_mig_split_selects_the_mig_devices_of_whole_gpus():
 
 
 def test_mig_state_and_labels_left_in_place_are_reported():
-    plan = fleet()
+    plan = fleet(**{"op-a": WHOLE, "op-mig": {**WHOLE, "facts": facts("h200"), "split": {"count": 1}}})
     nodes = [
         {
             "metadata": {
