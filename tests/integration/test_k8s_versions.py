@@ -186,9 +186,8 @@ def test_device_taint_rules_refused_out_of_the_box_name_the_gates_of_the_release
     assert want in text
 
 
-def test_the_device_taint_rule_module_writes_the_served_version_or_refuses(lab):
-    """The module asks the API server which DeviceTaintRule version it serves; on 1.35 and 1.36 out of the box
-    none: it fails before any change naming the gates; on 1.37 a server dry-run in resource.k8s.io/v1."""
+def taint_rule_dry_run() -> subprocess.CompletedProcess:
+    """The module device_taint_rule in check mode (a server dry-run) on a resource.k8s.io/v1 rule of no device."""
     rule = {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "DeviceTaintRule",
@@ -199,7 +198,7 @@ def test_the_device_taint_rule_module_writes_the_served_version_or_refuses(lab):
         },
     }
     args = {"kubeconfig": str(C.KUBECONFIG), "definition": rule}
-    done = subprocess.run(
+    return subprocess.run(
         [
             str(VENV_BIN / "ansible"),
             "localhost",
@@ -208,17 +207,29 @@ def test_the_device_taint_rule_module_writes_the_served_version_or_refuses(lab):
             "-a",
             json.dumps(args),
         ]
-        + ["--check", "-o"],
+        + ["--check"],
         cwd=ROOT,
-        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"},
+        env={
+            **os.environ,
+            "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json",  # the result as JSON, whatever ansible.cfg says
+        },
         capture_output=True,
         text=True,
         timeout=120,
         check=False,
     )
+
+
+def test_the_device_taint_rule_module_writes_the_served_version_or_refuses(lab):
+    """The module asks the API server which DeviceTaintRule version it serves; on 1.35 and 1.36 out of the box
+    none: it fails before any change naming the gates; on 1.37 a server dry-run in resource.k8s.io/v1 (on 1.36
+    with DRADeviceTaintRules on: test_feature_gates_turn_the_workload_api_of_the_release_on)."""
+    done = taint_rule_dry_run()
     out = done.stdout + done.stderr
     if minor() == "1.37":
-        assert done.returncode == 0 and '"rule"' in out and "resource.k8s.io/v1" in out, out[-3000:]
+        assert done.returncode == 0 and '"apiVersion": "resource.k8s.io/v1"' in out, out[-3000:]
         return
     assert done.returncode != 0, out[-3000:]
     assert f"Kubernetes v{release()} serves none of them" in out, out[-3000:]
@@ -315,9 +326,16 @@ def test_feature_gates_turn_the_workload_api_of_the_release_on(manifests_restore
     # out of the box the gang job is refused, naming the gates of the release
     with pytest.raises(ApiVersionError, match="GenericWorkload"):
         pick("gang", before, server_version())
-    done = run_playbook("feature_gates.yml", {"gpusplit_feature_gates": GANG_GATES[minor()]})
+    # on 1.36 DRADeviceTaintRules too (and its runtime-config, resource.k8s.io/v1beta2), in the same rollout
+    gates = {**GANG_GATES[minor()], **({"DRADeviceTaintRules": True} if minor() == "1.36" else {})}
+    done = run_playbook("feature_gates.yml", {"gpusplit_feature_gates": gates})
     assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
     after = discovery()
+    if minor() == "1.36":  # the module now writes the rule as v1beta2 (a server dry-run)
+        assert pick("device_taint_rule", after, server_version()) == "resource.k8s.io/v1beta2"
+        dry = taint_rule_dry_run()
+        out = dry.stdout + dry.stderr
+        assert dry.returncode == 0 and '"apiVersion": "resource.k8s.io/v1beta2"' in out, out[-3000:]
     for group_version, kinds in GENERIC_WORKLOAD[minor()].items():
         assert kinds <= set(after.get(group_version, {})), (group_version, sorted(after))
     version = server_version()
