@@ -68,7 +68,7 @@ CAPABILITIES = (
             "module_utils/_split/fleet_identity.py",
             "module_utils/_split/sharing.py",
             "module_utils/_split/mig_geometry.py",
-            "module_utils/_split/mig_apply.py",
+            "plugin_utils/mig_apply.py",
             "module_utils/_split/modes.py",
             "module_utils/_split/sharing.py",
             "plugin_utils/split_table.py",
