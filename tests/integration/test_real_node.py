@@ -4,8 +4,10 @@ own images; gpusplit's gpu_pod_resources reads the real kubelet's pod-resources 
 device plugin registers with the real kubelet, which allocates its GPUs; a GPU pod starts through the
 NVIDIA container runtime and the toolkit's hook; gpusplit's hardening of the toolkit's config.toml
 keeps host GPUs from a pod that names them in its env; a pod keeps its GPU when the plugin stops
-advertising it (k8s-device-plugin#313) until evicted; and `lab down` leaves no process, mount,
-cgroup or bridge of it behind.
+advertising it (k8s-device-plugin#313) until evicted; site.yml splits the node with gpusplit's own
+split DaemonSet, the real kubelet advertising exactly the Kubernetes share; resplit.yml evicts the pod
+in the way (evict) or leaves it its GPU across the plugin's restart (wait); and `lab down` leaves no
+process, mount, cgroup or bridge of it behind.
 
 Where the kubelet cannot run here (a capability, cgroups, a binary missing) these tests fail with
 what is missing, as `lab up` recorded it; they are never skipped.
@@ -579,6 +581,119 @@ def test_site_yml_splits_the_real_node_through_its_kubelet_and_the_nvidia_runtim
         assert f"env NVIDIA_VISIBLE_DEVICES={value}" in lines, lines
         assert [x for x in lines if x.startswith("device ")] == [], lines
         assert containers_cli_calls(kubectl, ns, name) == []
+
+
+def resplit_on_the_real_node(split: dict, policy: str, *extra: str):
+    return ansible_playbook(
+        "resplit.yml",
+        INVENTORY,
+        "-i",
+        str(node.INVENTORY),
+        "--limit",
+        f"{node.NAME},localhost",
+        "-e",
+        json.dumps({"gpusplit_plugin_settings": PLUGIN_SETTINGS, "gpusplit_split": split}),
+        "-e",
+        f"gpusplit_resplit_policy={policy}",
+        *extra,
+    )
+
+
+def host_share() -> list[str]:
+    """The host's GPUs as the host side wrote them on the node (etc/gpusplit/host-gpus.env)."""
+    text = (node.ROOTDIR / "etc" / "gpusplit" / "host-gpus.env").read_text()
+    (line,) = [x for x in text.splitlines() if x.startswith("GPUSPLIT_HOST_GPUS=")]
+    return [u for u in line.partition("=")[2].strip("'\"").split(",") if u]
+
+
+def split_plugin(kubectl) -> tuple[dict, dict | None]:
+    """The real node's split DaemonSet and its running pod (None while there is none)."""
+    (ds,) = kubectl.json("get", "daemonsets", "-A", "-l", SPLIT_NODE_LABEL)["items"]
+    pods = kubectl.json("-n", ds["metadata"]["namespace"], "get", "pods", "-l", SPLIT_NODE_LABEL)["items"]
+    running = [
+        p
+        for p in pods
+        if p["status"].get("phase") == "Running" and not p["metadata"].get("deletionTimestamp")
+    ]
+    return ds, (running[0] if running else None)
+
+
+def hold_a_gpu(kubectl, ns: str, name: str) -> list[str]:
+    """A pod on the real node that asks for nvidia.com/gpu: 1 and runs; the GPU the kubelet gave it."""
+    pod = workload_pod(name, {}, wait=True)
+    pod["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    kubectl("-n", ns, "apply", "-f", "-", stdin=json.dumps(pod))
+    kubectl.wait_for(
+        lambda: kubectl.json("-n", ns, "get", "pod", name)["status"].get("phase") == "Running",
+        timeout=120,
+        what=f"the GPU pod {name} to run",
+    )
+    return devices_of(ns, name)
+
+
+def visible_devices(ds: dict) -> str:
+    (ctr,) = ds["spec"]["template"]["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in ctr["env"]}["NVIDIA_VISIBLE_DEVICES"]
+
+
+def test_a_resplit_of_the_real_node_evicts_the_pod_in_the_way_or_leaves_it_its_gpu(
+    real_node, kubectl, ns, split_real_node
+):
+    """k8s-device-plugin#313 through gpusplit's re-split (resplit.yml) on the real kubelet. With policy
+    `evict` the pod holding the GPU that moves to the host is evicted, leaves the kubelet's
+    pod-resources answer, and the node advertises its new share. With policy `wait` the split plugin
+    starts again without the moving GPU, and the pod keeps it (the real kubelet's pod-resources
+    answer) until the wait runs out, the host side unchanged."""
+    gpus = {g["uuid"]: g for g in json.loads(FIXTURE.read_text())["gpus"]}
+    first_gpu, second_gpu = sorted(gpus, key=lambda u: gpus[u]["pci_bus_id"])
+    proc = site_on_the_real_node()  # host_count 1: the first GPU stays with the host
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert hold_a_gpu(kubectl, ns, "holder") == [second_gpu]
+
+    # evict: the second GPU goes to the host, the first to Kubernetes
+    proc = resplit_on_the_real_node({"host_uuids": [second_gpu]}, "evict")
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    assert f"by pod {ns}/holder" in proc.stdout, proc.stdout[-6000:]
+    kubectl.wait_for(
+        lambda: devices_of(ns, "holder") is None,
+        timeout=60,
+        what="the evicted pod to leave the real kubelet's pod-resources answer",
+    )
+    ds, plugin = kubectl.wait_for(
+        lambda: (lambda d, p: (d, p) if p else None)(*split_plugin(kubectl)), timeout=90
+    )
+    assert visible_devices(ds) == first_gpu
+    log = kubectl("-n", ds["metadata"]["namespace"], "logs", plugin["metadata"]["name"]).stdout
+    assert f"the runtime exposed 1 GPU(s) to this container: [{first_gpu}]" in log, log
+    kubectl.wait_for(
+        lambda: kubectl.json("get", "node", node.NAME)["status"]["allocatable"].get("nvidia.com/gpu") == "1",
+        timeout=90,
+        what="the real kubelet to advertise the new share",
+    )
+    assert host_share() == [second_gpu]
+
+    # wait: a pod holds the first GPU, which goes back to the host
+    assert hold_a_gpu(kubectl, ns, "keeper") == [first_gpu]
+    proc = resplit_on_the_real_node(
+        {"host_uuids": [first_gpu]}, "wait", "-e", "gpusplit_resplit_wait_seconds=15"
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and f"{ns}/keeper" in out, out[-6000:]
+    # the plugin runs again without the first GPU: the runtime gave it only the second
+    ds, again = kubectl.wait_for(
+        lambda: (lambda d, p: (d, p) if p and p["metadata"]["uid"] != plugin["metadata"]["uid"] else None)(
+            *split_plugin(kubectl)
+        ),
+        timeout=90,
+        what="the split plugin to run again",
+    )
+    assert first_gpu not in visible_devices(ds)
+    calls = containers_cli_calls(kubectl, ds["metadata"]["namespace"], again["metadata"]["name"])
+    assert calls and all(first_gpu not in c["devices"] for c in calls), calls
+    # and the real kubelet leaves the pod its GPU
+    assert devices_of(ns, "keeper") == [first_gpu]
+    assert kubectl.json("-n", ns, "get", "pod", "keeper")["status"]["phase"] == "Running"
+    assert host_share() == [second_gpu]  # the host side as the evict run left it
 
 
 def test_a_second_build_of_the_node_is_cached_and_leaves_its_binaries_alone():
