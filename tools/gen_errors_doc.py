@@ -111,7 +111,12 @@ CAPABILITIES = (
         "Taking a split back",
         "The unsplit (role `gpu_unsplit`, `playbooks/unsplit.yml`): its settings, the device plugin the "
         "nodes go back to, and `gpu_host_undo`, which takes gpusplit's host files back (docs/undo.md).",
-        ("plugin_utils/unsplit.py", "module_utils/_host/host_files_undo.py", "modules/gpu_host_undo.py"),
+        (
+            "plugin_utils/unsplit.py",
+            "plugin_utils/unsplit_cluster.py",
+            "module_utils/_host/host_files_undo.py",
+            "modules/gpu_host_undo.py",
+        ),
     ),
     (
         "Evicting pods for a re-split",
