@@ -35,6 +35,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     label_value,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import SHARE_DRA, find_mode
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import SHARE_HOST
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.sharing import (
     ANNOTATION_SHARING,
     device_of_replica,
@@ -309,11 +310,19 @@ def node_diff(
         to_kubernetes = [ref(u) for u in after if u not in before]
     holders = device_plugin_holders(node_plan, pod_resources, pods_by_name)
     holders += claim_holders(node_plan, claimed, pods_by_name)
-    # a pod in the way: holds a GPU that leaves the Kubernetes share in this change (a GPU that was
-    # outside it already, e.g. one a diagnostic claim tolerating the host-share taint uses, is not
-    # this change's business: verify reports a container on a host GPU); with no live split to
-    # compare with, every held GPU outside the new share
-    in_the_way = [h for h in holders if h["gpu"] not in after and (before is None or h["gpu"] in before)]
+    # a pod in the way: holds a GPU that leaves the Kubernetes share in this change; with no live split to
+    # compare with, every held GPU outside the new share. A claim on a GPU that was outside the share
+    # already (a diagnostic claim tolerating the host-share taint) is not this change's business. Through
+    # the device plugin, a pod holding a GPU of the host share is always in the way: the kubelet keeps a
+    # device the plugin stopped advertising (k8s-device-plugin#313), e.g. after a run that re-applied the
+    # plugin and then stopped before the host side
+    host_share = {g["uuid"] for g in node_plan.get("gpus") or [] if g.get("share") == SHARE_HOST}
+    in_the_way = [
+        h
+        for h in holders
+        if h["gpu"] not in after
+        and (before is None or h["gpu"] in before or (h["via"] == "device plugin" and h["gpu"] in host_share))
+    ]
     sharing = _sharing_change(node_plan, live)
     if sharing:
         # the plugin registers its devices under other ids (<uuid>::<n> or <uuid>): every device-plugin

@@ -106,13 +106,38 @@ def test_device_ids_may_be_indices_and_finished_pods_do_not_count():
     assert [h["pod"] for h in node["holders"]] == ["p"]
 
 
-def test_a_pod_on_a_gpu_that_was_the_hosts_already_is_not_this_changes_business():
-    old, new = plan_of({"host_count": 2}), plan_of({"host_count": 3})
-    diff = resplit.resplit_diff(
-        new, {"node-a": answer(("diag", "probe", uuid(0)))}, live_ds(old), pods=[pod("diag", "probe")]
-    )
+def test_a_pod_the_device_plugin_gave_a_host_gpu_is_in_the_way_whatever_the_live_split_says():
+    # the kubelet keeps a device the plugin no longer advertises (k8s-device-plugin#313): a run that re-applied
+    # the split plugin with the new share and stopped before the host side (policy wait, timed out) leaves
+    # the live DaemonSet already at the new share while the pod still holds the GPU going to the host
+    new = plan_of({"host_count": 3})
+    for live in (live_ds(new), live_ds(plan_of({"host_count": 2}))):
+        diff = resplit.resplit_diff(
+            new, {"node-a": answer(("team", "train-0", uuid(2)))}, live, pods=[pod("team", "train-0")]
+        )
+        [node] = diff["nodes"]
+        assert [(h["pod"], h["index"]) for h in node["holders"]] == [("train-0", 2)]
+        assert diff["holders"] == [{"namespace": "team", "name": "train-0", "uid": "uid-train-0"}]
+        [msg] = resplit.resplit_refusals(diff, "refuse")
+        assert "team/train-0 holds GPU 2" in msg and "Nothing was changed" in msg
+        assert "no node's split changes" not in resplit.resplit_table(diff)
+
+
+def test_a_claim_on_a_gpu_that_was_the_hosts_already_is_not_this_changes_business():
+    # a diagnostic claim tolerating the host-share taint (mode dra) is meant to reach a host GPU
+    new = plan_of({"host_indices": [0, 1, 4]}, mode="dra")
+    rules = [
+        {
+            "metadata": {"annotations": {"gpusplit.io/gpu-uuid": uuid(i)}},
+            "spec": {"deviceSelector": {"driver": "gpu.nvidia.com", "pool": "node-a", "device": f"gpu-{i}"}},
+        }
+        for i in (0, 1)
+    ]
+    claim = gpu4_claim()
+    claim["status"]["allocation"]["devices"]["results"][0]["device"] = "gpu-0"
+    diff = resplit.resplit_diff(new, {}, [], rules, [pod("ml", "w-0")], [claim])
     [node] = diff["nodes"]
-    assert [m["index"] for m in node["to_host"]] == [2] and node["holders"] == []
+    assert [m["index"] for m in node["to_host"]] == [4] and node["holders"] == []
     assert resplit.resplit_refusals(diff) == []
 
 
