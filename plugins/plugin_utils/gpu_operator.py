@@ -52,6 +52,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.gpu_operator_checks i
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.operator_mig_layouts import (
     CONFIGMAP_NAME,
     check_layouts,
+    default_layout_warnings,
     node_layouts,
     render_configmap,
 )
@@ -448,6 +449,7 @@ def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None,
             "spec.migManager.enabled false: nothing would apply it. Enable the MIG manager"
         )
     labels.update({node: name for node, (name, _entries) in layouts.items()})
+    warnings.extend(default_layout_warnings(plan, labels, live, values, nodes, migmanager is not False))
 
     if daemonsets is not None and s["stock_plugin_action"] == "refuse":
         colliding = colliding_plugin_daemonsets(daemonsets, plan, s["operator_managed"])

@@ -110,3 +110,36 @@ def check_layouts(layouts, labels, live_policy, nodes, helm_config_name=None):
             "instead. Nothing was changed."
         )
     return errors
+
+
+def default_layout_warnings(plan, labels, live_policy, helm_values, nodes, migmanager_enabled=True):
+    """Warnings for gpu_operator nodes whose host keeps MIG-enabled GPUs and that carry no ``nvidia.com/mig.config``:
+    the MIG manager applies its default config (``migManager.config.default``, ``all-disabled`` unless set to "")
+    to every GPU of such a node, the host's too (the ClusterPolicy CRD's description of that field)."""
+    if not migmanager_enabled:
+        return []
+    source = live_policy if live_policy is not None else {"spec": helm_values or {}}
+    config = ((source.get("spec") or {}).get("migManager") or {}).get("config") or {}
+    default = config.get("default", DEFAULT_LAYOUT)
+    if not default:
+        return []
+    labelled = set(labels or {})
+    for n in nodes or []:
+        meta = n.get("metadata") or {}
+        if (meta.get("labels") or {}).get(LABEL_MIG_CONFIG):
+            labelled.add(meta.get("name"))
+    out = []
+    for p in node_plans(plan):
+        if not mode_has(p["mode"], "operator_managed") or p["node"] in labelled:
+            continue
+        host_migs = [
+            g["uuid"] for g in p.get("gpus") or [] if g.get("share") == "host" and g.get("mig_enabled")
+        ]
+        if host_migs:
+            out.append(
+                f"{p['node']}: the host keeps MIG-enabled GPU(s) {', '.join(host_migs)}, and the node has no "
+                f"{LABEL_MIG_CONFIG} label: the GPU Operator's MIG manager applies its default config ({default}) "
+                "to every GPU of such a node, the host's too. Give the node a gpusplit_mig_geometry (its own config "
+                "leaves the host's GPUs alone), or set the ClusterPolicy's migManager.config.default to \"\""
+            )
+    return out

@@ -167,3 +167,26 @@ def test_a_long_node_name_gets_a_short_layout_name():
     name = layout_name(long)
     assert len(name) == len("gpusplit-") + 12 and name.startswith("gpusplit-") and name == layout_name(long)
     assert L.node_layouts(fleet()) == {}
+
+
+def test_a_node_whose_host_keeps_mig_gpus_without_a_label_is_warned_of_the_operators_default():
+    plan = fleet()  # op-mig: a100-mig, Kubernetes gets GPU 0, the host keeps GPU 1 (MIG on), 2 and 3
+    host_mig = plan["nodes"]["op-mig"]["gpus"][1]["uuid"]
+    out = G.operator_config(plan, {}, [live_policy()], VM, nodes=[])
+    [warning] = [w for w in out["warnings"] if "MIG manager applies its default config" in w]
+    assert warning.startswith(f"op-mig: the host keeps MIG-enabled GPU(s) {host_mig}, and the node has no")
+    assert "(all-disabled)" in warning and "gpusplit_mig_geometry" in warning
+    assert not any("op-a: the host keeps" in w for w in out["warnings"])  # its host GPUs have MIG off
+    # quiet where the default is off, where the node is labelled, or where the MIG manager is off
+    live = live_policy()
+    live["spec"]["migManager"] = {"config": {"default": ""}}
+    assert not any(
+        "default config" in w for w in G.operator_config(plan, {}, [live], VM, nodes=[])["warnings"]
+    )
+    labelled = [{"metadata": {"name": "op-mig", "labels": {"nvidia.com/mig.config": "gpusplit-op-mig"}}}]
+    out = G.operator_config(plan, {}, [live_policy()], VM, nodes=labelled)
+    assert not any("default config" in w for w in out["warnings"])
+    live["spec"]["migManager"] = {"enabled": False}
+    assert not any(
+        "default config" in w for w in G.operator_config(plan, {}, [live], VM, nodes=[])["warnings"]
+    )
