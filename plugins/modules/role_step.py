@@ -62,6 +62,7 @@ options:
       - split_cluster_objects
       - split_cluster_stock_wait
       - unsplit_cluster
+      - unsplit_namespaces
       - unsplit_plan
       - unsplit_settings
       - unsplit_wait
@@ -138,6 +139,7 @@ STEPS = (
     "split_cluster_objects",
     "split_cluster_stock_wait",
     "unsplit_cluster",
+    "unsplit_namespaces",
     "unsplit_plan",
     "unsplit_settings",
     "unsplit_wait",

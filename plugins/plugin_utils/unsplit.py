@@ -20,11 +20,20 @@ from __future__ import annotations
 
 import copy
 
+import yaml
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import api_versions
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import PLAN_RULES_SELECTOR, device_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
-from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import label_value
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
+    LABEL_NODE,
+    label_value,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.versions import format_version, parse_version
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import SHARE_DRA
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra import render as dra_render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.gpu_operator_checks import may_run_on
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import PLUGIN_SELECTOR
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.stock_plugin import helm_release
@@ -37,6 +46,8 @@ PLUGINS = ("stock", "none")
 OVERLAP_FIXED = (1, 37, 2)
 # what keeps another device plugin off a node whose GPUs are the host's (unsplit to host keeps these labels)
 FENCE_LABELS = (render.LABEL_SPLIT, render.LABEL_OPERATOR_DEVICE_PLUGIN)
+# the DeviceTaintRule version the rules are rendered in (the cluster's may be another: cluster_api_versions)
+DRA_RULES_VERSION = "resource.k8s.io/v1"
 
 
 class UnsplitError(GpusplitError):
@@ -45,9 +56,33 @@ class UnsplitError(GpusplitError):
     title = "unsplit"
 
 
-def check_settings(to=None, host_files="restore", plugin="stock"):
+BOOLEANS = {
+    "true": True,
+    "yes": True,
+    "on": True,
+    "1": True,
+    "false": False,
+    "no": False,
+    "off": False,
+    "0": False,
+}
+
+
+def as_bool(value, name, errors):
+    """``value`` as a bool (as Ansible reads a boolean: true/false, yes/no, on/off, 1/0); else an error appended."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, (str, int)) and str(value).strip().lower() in BOOLEANS:
+        return BOOLEANS[str(value).strip().lower()]
+    errors.append(f"{name}: {value!r} ({type_name(value)}) is not a boolean; say true or false")
+    return False
+
+
+def check_settings(to=None, host_files="restore", plugin="stock", cluster=False, force=False):
     """Refuse (UnsplitError, every problem at once) settings that say no clear target; before any change."""
     errors = []
+    cluster = as_bool(cluster, "gpusplit_unsplit_cluster", errors)
+    force = as_bool(force, "gpusplit_unsplit_force", errors)
     if to in (None, ""):
         errors.append(
             "gpusplit_unsplit_to is required: where the GPUs of the nodes in the play go, "
@@ -72,10 +107,24 @@ def check_settings(to=None, host_files="restore", plugin="stock"):
         )
     if errors:
         raise UnsplitError(errors)
-    return {"to": to, "host_files": host_files, "plugin": plugin}
+    return {"to": to, "host_files": host_files, "plugin": plugin, "cluster": cluster, "force": force}
 
 
-def _nodes(plan):
+def check_helm_wait(value):
+    """``gpusplit_unsplit_helm_wait_seconds`` as whole seconds (0: refuse at once); anything else refused."""
+    try:
+        seconds = int(str(value).strip()) if not isinstance(value, bool) else None
+    except ValueError:
+        seconds = None
+    if seconds is None or seconds < 0 or seconds > 86400 or not str(value).strip().isascii():
+        raise UnsplitError(
+            f"gpusplit_unsplit_helm_wait_seconds: {value!r} ({type_name(value)}) is not a whole number of seconds "
+            "from 0 (refuse at once) to 86400"
+        )
+    return seconds
+
+
+def plan_nodes(plan):
     if not isinstance(plan, dict) or not isinstance(plan.get("nodes"), dict):
         raise UnsplitError(f"the fleet plan: expected a mapping with nodes, got {type_name(plan)}")
     return plan["nodes"]
@@ -95,7 +144,7 @@ def unsplit_plan(plan, to):
     """The fleet plan with every healthy GPU of each node in ``to``'s share (the re-split's checks run on it)."""
     check_settings(to)
     out = copy.deepcopy(plan)
-    for node_plan in _nodes(out).values():
+    for node_plan in plan_nodes(out).values():
         keep = healthy_uuids(node_plan)
         share = "kubernetes" if to == "kubernetes" else "host"
         for gpu in node_plan.get("gpus") or []:
@@ -108,7 +157,18 @@ def unsplit_plan(plan, to):
         node_plan["host_count"] = len(node_plan["host_uuids"])
         node_plan["kubernetes_mig_uuids"] = []
         node_plan["resources"] = {node_plan.get("resource_name") or "nvidia.com/gpu": len(k8s)}
+        if _is_dra(node_plan):  # the DRA driver's names of the host share (what its DeviceTaintRules taint)
+            node_plan["resources"] = {"nvidia.com/gpu": 0}
+            node_plan["dra_devices"] = [
+                device_name(g["minor_number"])
+                for g in node_plan.get("gpus") or []
+                if g.get("share") == "host" and g.get("minor_number") is not None
+            ]
     return out
+
+
+def _is_dra(node_plan):
+    return render.mode_of(node_plan).kubernetes_share == SHARE_DRA
 
 
 # ---------------------------------------------------------------------------------------------
@@ -155,22 +215,50 @@ def stock_plugins(daemonsets, node, labels_after):
     return may, helm
 
 
-def _name(obj):
+def object_name(obj):
     meta = (obj or {}).get("metadata") or {}
     return f"{meta.get('namespace')}/{meta.get('name')}" if meta.get("namespace") else str(meta.get("name"))
 
 
-def cluster_plan(plan, to, nodes, daemonsets, plugin="stock", field_manager="gpusplit", gpu_hosts=None):
+def cluster_plan(
+    plan,
+    to,
+    nodes,
+    daemonsets,
+    plugin="stock",
+    field_manager="gpusplit",
+    gpu_hosts=None,
+    dra_api_version=DRA_RULES_VERSION,
+    dra_refusal=None,
+    helm_wait=0,
+    forced=None,
+):
     """What the cluster side of the unsplit does, per node of ``plan``, and what it refuses.
 
     ``nodes``: the live Node objects (labels, annotations, taints, managedFields, nodeInfo); ``daemonsets``: every
-    device-plugin DaemonSet. Returns ``{"nodes": [...], "refusals": [...], "prune": [...], "node_patches": [...],
-    "taint_nodes": [...], "lines": [...]}``; ``prune`` removes the split DaemonSets of the planned nodes.
+    device-plugin DaemonSet; ``dra_api_version``: the DeviceTaintRule group/version the cluster serves (None: none
+    gpusplit writes, ``dra_refusal`` says why); nodes in mode dra get ``dra_rules`` (to host: every healthy device
+    tainted) and ``dra_prune`` (gpusplit's other rules of those nodes). A stock plugin of a Helm release whose values
+    keep it off a node is refused, or with ``helm_wait`` (seconds) waited for (``helm_waits``: node, daemonset,
+    labels_after, release, namespace; :func:`helm_still_off`). ``forced``: ``[{"host", "node"}]`` of the hosts not
+    reached that ``gpusplit_unsplit_force`` takes back anyway (:func:`forced_node`).
+
+    Returns ``{"nodes": [...], "refusals": [...], "prune": [...], "node_patches": [...], "taint_nodes": [...],
+    "lines": [...], ...}``; ``prune`` removes the split DaemonSets of the planned (and forced) nodes.
     """
     check_settings(to, plugin=plugin)
-    planned = _nodes(plan)
+    planned = plan_nodes(plan)
     live = {((n or {}).get("metadata") or {}).get("name"): n for n in nodes or []}
-    out = {"nodes": [], "refusals": [], "node_patches": [], "taint_nodes": [], "lines": []}
+    out = {
+        "nodes": [],
+        "refusals": [],
+        "node_patches": [],
+        "taint_nodes": [],
+        "lines": [],
+        "dra_nodes": [],
+        "helm_waits": [],
+        "forced": [],
+    }
     names = []
     for host in sorted(planned):
         node_plan = planned[host]
@@ -198,7 +286,27 @@ def cluster_plan(plan, to, nodes, daemonsets, plugin="stock", field_manager="gpu
         )
         if tainted:
             out["taint_nodes"].append({"name": name, "absent": [dict(render.GPU_TAINT)]})
-        if to == "host":
+        if _is_dra(node_plan):
+            # mode dra: the DRA driver publishes the node's GPUs; gpusplit's DeviceTaintRules keep the host share
+            # from claims. kubernetes: they go (every device to claims); host: every healthy device is tainted
+            entry["expected"] = 0  # no device plugin advertises nvidia.com/gpu on such a node
+            entry["stock"] = []
+            entry["order"] = "dra"
+            out["dra_nodes"].append(name)
+            keep = {k: labels[k] for k in FENCE_LABELS if k in owned and k in labels} if to == "host" else {}
+            meta_patch = {"name": name, "labels": keep} if keep else {"name": name}
+            out["node_patches"].append({"apiVersion": "v1", "kind": "Node", "metadata": meta_patch})
+            out["lines"].append(
+                f"{name} (mode dra): "
+                + (
+                    "gpusplit's DeviceTaintRules of the node removed, the DRA driver's every device goes to claims"
+                    if to == "kubernetes"
+                    else f"every healthy device ({len(healthy)}) tainted by gpusplit's DeviceTaintRules"
+                )
+                + f"; gpusplit's labels ({', '.join(owned) or 'none'}) taken off"
+                + ("; GPU taint taken off" if tainted else "")
+            )
+        elif to == "host":
             keep = {k: labels[k] for k in FENCE_LABELS if k in owned and k in labels}
             out["node_patches"].append(
                 {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": keep}}
@@ -211,19 +319,29 @@ def cluster_plan(plan, to, nodes, daemonsets, plugin="stock", field_manager="gpu
             )
         else:
             may, helm = stock_plugins(daemonsets, name, after)
-            entry["stock"] = [_name(ds) for ds in may]
+            entry["stock"] = [object_name(ds) for ds in may]
             out["node_patches"].append({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
             if not may and plugin != "none":
-                if helm:
+                if helm and helm_wait > 0:
+                    # the run says what to change and waits (bounded) until the release lets its plugin on the node
+                    entry["stock"] = [object_name(ds) for ds in helm]
                     for ds in helm:
-                        rel = helm_release(ds)
+                        out["helm_waits"].append(
+                            {
+                                "node": name,
+                                "daemonset": object_name(ds),
+                                "labels_after": after,
+                                **helm_release(ds),
+                            }
+                        )
+                        out["lines"].append(
+                            f"{name}: {helm_change(ds, node)}; the run waits up to {helm_wait}s for it"
+                        )
+                elif helm:
+                    for ds in helm:
                         out["refusals"].append(
-                            f"{name}: the device plugin {_name(ds)} of the Helm release '{rel['release']}' (namespace "
-                            f"{rel['namespace']}) is kept off this node by its values (the affinity on "
-                            f"{render.LABEL_SPLIT}); gpusplit does not change a release's values. Take the "
-                            f"'{render.LABEL_SPLIT} NotIn [true]' expression out of the release's affinity value, "
-                            f"run helm upgrade -n {rel['namespace']} {rel['release']}, then run this again. "
-                            "Nothing was changed."
+                            f"{name}: {helm_change(ds, node)}, then run this again (or set "
+                            "gpusplit_unsplit_helm_wait_seconds for the run to wait while you do). Nothing was changed."
                         )
                 else:
                     out["refusals"].append(
@@ -248,6 +366,9 @@ def cluster_plan(plan, to, nodes, daemonsets, plugin="stock", field_manager="gpu
                 + ("; GPU taint taken off" if tainted else "")
             )
         out["nodes"].append(entry)
+    for item in forced or []:
+        if forced_node(out, to, item, live.get(item["node"]), field_manager):
+            names.append(item["node"])
     values = ",".join(sorted(label_value(n) for n in names))
     # the split DaemonSets, and the config files of those that share their GPUs (docs/sharing.md)
     out["prune"] = (
@@ -263,7 +384,94 @@ def cluster_plan(plan, to, nodes, daemonsets, plugin="stock", field_manager="gpu
         else []
     )
     out["stock_first"] = [n["node"] for n in out["nodes"] if n["order"] == "stock_first"]
+    # mode dra: the rules the node keeps (host: every healthy device; kubernetes: none), and the prune of the others
+    dra = sorted(label_value(n) for n in out["dra_nodes"])
+    out["dra_rules"], out["dra_prune"] = [], []
+    if dra and dra_api_version is None:
+        if to == "host":  # (to kubernetes: a cluster that serves no DeviceTaintRule holds none to take back)
+            out["refusals"].append(
+                f"{', '.join(out['dra_nodes'])} (mode dra): their devices cannot be kept from claims: "
+                f"{dra_refusal or 'the cluster serves no DeviceTaintRule version gpusplit writes'}. Nothing was changed."
+            )
+        return out
+    if dra and to == "host":
+        target = unsplit_plan(
+            {**plan, "nodes": {h: p for h, p in planned.items() if p["node"] in out["dra_nodes"]}}, "host"
+        )
+        out["dra_rules"] = api_versions.with_version(
+            dra_render.host_share_rules(target), "device_taint_rule", dra_api_version
+        )
+    if dra:
+        selector = f"{PLAN_RULES_SELECTOR},{LABEL_NODE} in ({','.join(dra)})"
+        out["dra_prune"] = [
+            {"api_version": dra_api_version, "kind": "DeviceTaintRule", "label_selector": selector}
+        ]
     return out
+
+
+def forced_node(out, to, item, node, field_manager="gpusplit"):
+    """The cluster side of a host that was not reached, taken back anyway (``gpusplit_unsplit_force: true``): its
+    split plugin (the caller's prune), gpusplit's labels (to host: but those that keep other plugins off) and the GPU
+    taint gpusplit set. Not verified (its GPUs were not discovered); no pod or host process is looked at; its host
+    files stay. Adds to ``out``; False where the node is not in the cluster."""
+    name = item["node"]
+    if node is None:
+        out["lines"].append(
+            f"{name}: host {item['host']} not reached and no such node in the cluster: nothing taken back"
+        )
+        return False
+    meta = node.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    owned = owned_label_keys(node, field_manager)
+    keep = {k: labels[k] for k in FENCE_LABELS if k in owned and k in labels} if to == "host" else {}
+    out["node_patches"].append(
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, **({"labels": keep} if keep else {})}}
+    )
+    tainted = render.ANNOTATION_GPU_TAINT in (meta.get("annotations") or {}) and render.has_gpu_taint(node)
+    if tainted:
+        out["taint_nodes"].append({"name": name, "absent": [dict(render.GPU_TAINT)]})
+    out["forced"].append(name)
+    out["lines"].append(
+        f"{name}: host {item['host']} not reached, taken back anyway (gpusplit_unsplit_force): its split plugin and "
+        f"gpusplit's labels ({', '.join(k for k in owned if k not in keep) or 'none'}) removed"
+        + ("; GPU taint taken off" if tainted else "")
+        + "; not verified (its GPUs were not discovered), no pod or host process looked at, its host files left as "
+        "they are"
+    )
+    return True
+
+
+def helm_change(ds, node):
+    """What to change so that the Helm release of ``ds`` lets its plugin on ``node``: the values line to take out, the
+    helm upgrade to run, and the node's split label where someone else than gpusplit keeps it."""
+    rel = helm_release(ds) or {}
+    line = yaml.safe_dump(
+        dict(render.EXCLUSION_EXPRESSION), default_flow_style=True, width=float("inf")
+    ).strip()
+    labels = ((node or {}).get("metadata") or {}).get("labels") or {}
+    label = (
+        f" (or take the label {render.LABEL_SPLIT}={labels[render.LABEL_SPLIT]}, which is not gpusplit's, off the node)"
+        if render.LABEL_SPLIT in labels
+        else ""
+    )
+    return (
+        f"the device plugin {object_name(ds)} of the Helm release '{rel.get('release')}' (namespace {rel.get('namespace')}) "
+        "is kept off this node by its values; gpusplit does not change a release's values. Take the line "
+        f"'- {line}' out of affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms"
+        f"[*].matchExpressions in the release's values and run helm upgrade -n {rel.get('namespace')} "
+        f"{rel.get('release')}{label}"
+    )
+
+
+def helm_still_off(waits, daemonsets):
+    """The entries of ``waits`` (cluster_plan's helm_waits) whose DaemonSet still cannot run on the node."""
+    live = {object_name(ds): ds for ds in daemonsets or []}
+    return [
+        w
+        for w in waits or []
+        if w["daemonset"] not in live
+        or not may_run_on(_pod_spec(live[w["daemonset"]]), w["node"], w["labels_after"])
+    ]
 
 
 def allocatable_of(node, resource="nvidia.com/gpu"):

@@ -17,7 +17,9 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.lazy import lazy
 
 cp_gates = lazy("module_utils._control_plane.gates")
 host_play_lib = lazy("plugin_utils.host_play")
+inventory_vars = lazy("plugin_utils.inventory_vars")
 unsplit = lazy("plugin_utils.unsplit")
+unsplit_wide = lazy("plugin_utils.unsplit_cluster")
 verify = lazy("module_utils._split.verify")
 
 
@@ -25,11 +27,15 @@ verify = lazy("module_utils._split.verify")
 def unsplit_settings(inputs, context):
     """``settings``: the unsplit's settings, checked (a missing or unknown target refused before any change).
 
-    inputs: to, host_files, plugin.
+    inputs: to, host_files, plugin, cluster, force.
     """
     return {
         "settings": unsplit.check_settings(
-            inputs.get("to"), inputs.get("host_files", "restore"), inputs.get("plugin", "stock")
+            inputs.get("to"),
+            inputs.get("host_files", "restore"),
+            inputs.get("plugin", "stock"),
+            inputs.get("cluster", False),
+            inputs.get("force", False),
         )
     }
 
@@ -41,7 +47,8 @@ def unsplit_plan(inputs, context):
     the run undoes on each host.
 
     inputs: plan, to, host_files, defaults (gpu_host's, by inventory variable), hosts (the hosts of the play: those
-    not planned, unreachable or whose discovery failed, are ``unreached`` and left as they are, cluster side too).
+    not planned, unreachable or whose discovery failed, are ``unreached`` and left as they are, cluster side too, unless
+    force: then ``forced`` lists them with their node, for unsplit_cluster).
     """
     plan = mapping_input(inputs, "plan")
     to = inputs.get("to")
@@ -69,29 +76,97 @@ def unsplit_plan(inputs, context):
             + ("" if mode == "keep" else f"; {share['state_path']} removed")
         )
     unreached = sorted(h for h in list_input(inputs, "hosts") if h not in (plan.get("nodes") or {}))
+    force = unsplit.check_settings(to, force=inputs.get("force", False))["force"]
     lines.extend(
-        f"{host}: not reached (unreachable, or its discovery failed): left as it is, on the host and in the cluster"
+        f"{host}: not reached (unreachable, or its discovery failed): "
+        + (
+            "its cluster side taken back anyway (gpusplit_unsplit_force), its host files left as they are"
+            if force
+            else "left as it is, on the host and in the cluster (gpusplit_unsplit_force=true takes its cluster side "
+            "back anyway)"
+        )
         for host in unreached
     )
-    return {"plan": unsplit.unsplit_plan(plan, to), "hosts": hosts, "lines": lines, "unreached": unreached}
+    forced = (
+        [
+            {"host": host, "node": node}
+            for host, node in zip(
+                unreached, inventory_vars.inventory_nodes(context.hostvars, unreached), strict=True
+            )
+        ]
+        if force
+        else []
+    )
+    return {
+        "plan": unsplit.unsplit_plan(plan, to),
+        "hosts": hosts,
+        "lines": lines,
+        "unreached": unreached,
+        "forced": forced,
+    }
 
 
 @step
 def unsplit_cluster(inputs, context):
-    """``cluster``: what the cluster side does per node and what it refuses (plugin_utils/unsplit.py, cluster_plan).
+    """``cluster``: what the cluster side does per node and what it refuses (plugin_utils/unsplit.py, cluster_plan);
+    with ``cluster_wide`` true, ``cluster.wide`` is what goes besides (unsplit_cluster.py), its refusals among
+    ``cluster.refusals`` and its lines among ``cluster.lines``.
 
-    inputs: plan (as it was), to, plugin, nodes, daemonsets, field_manager.
+    inputs: plan (as it was), to, plugin, nodes, daemonsets, field_manager, helm_wait (seconds), forced (unsplit_plan's),
+    cluster_wide, policies, bindings, namespaces; api_versions (cluster_api_versions' result with the use
+    device_taint_rule, where the plan has nodes in mode dra).
     """
-    return {
-        "cluster": unsplit.cluster_plan(
-            mapping_input(inputs, "plan"),
-            inputs.get("to"),
-            list_input(inputs, "nodes"),
-            list_input(inputs, "daemonsets"),
-            inputs.get("plugin", "stock"),
-            inputs.get("field_manager") or "gpusplit",
+    plan = mapping_input(inputs, "plan")
+    nodes = list_input(inputs, "nodes")
+    daemonsets = list_input(inputs, "daemonsets")
+    manager = inputs.get("field_manager") or "gpusplit"
+    found = mapping_input(inputs, "api_versions")
+    dra = {}
+    if found:
+        dra = {
+            "dra_api_version": (found.get("api_versions") or {}).get("device_taint_rule"),
+            "dra_refusal": (found.get("refusals") or {}).get("device_taint_rule"),
+        }
+    out = unsplit.cluster_plan(
+        plan,
+        inputs.get("to"),
+        nodes,
+        daemonsets,
+        inputs.get("plugin", "stock"),
+        manager,
+        helm_wait=unsplit.check_helm_wait(inputs.get("helm_wait", 0)),
+        forced=list_input(inputs, "forced"),
+        **dra,
+    )
+    wide = None
+    if unsplit.check_settings(inputs.get("to"), cluster=inputs.get("cluster_wide", False))["cluster"]:
+        wide = unsplit_wide.cluster_wide_plan(
+            plan,
+            nodes,
+            daemonsets,
+            list_input(inputs, "policies"),
+            list_input(inputs, "bindings"),
+            list_input(inputs, "namespaces"),
+            manager,
+            covered=out["forced"],
         )
-    }
+        out["refusals"].extend(wide["refusals"])
+        out["lines"].extend(wide["lines"])
+    out["wide"] = wide
+    return {"cluster": out}
+
+
+@step
+def unsplit_namespaces(inputs, context):
+    """``delete``: gpusplit's namespaces with nothing but gpusplit's own objects left in them; ``lines``: the others,
+    each with what is left (kept).
+
+    inputs: namespaces (cluster_wide_plan's), found (its namespace_queries, read).
+    """
+    delete, kept = unsplit_wide.namespaces_to_delete(
+        list_input(inputs, "namespaces"), mapping_input(inputs, "found")
+    )
+    return {"delete": delete, "lines": kept}
 
 
 def _stock_running(pods):
@@ -121,6 +196,7 @@ def _split_left(pods):
 @step
 def unsplit_wait(inputs, context):
     """Waits, polling every ``delay`` seconds up to ``wait_seconds``, until ``until`` holds for every node:
+    ``helm`` (the Helm release of each entry's DaemonSet lets it on the node: cluster_plan's helm_waits),
     ``stock`` (a device-plugin pod gpusplit does not own runs there), ``split_gone`` (no pod of gpusplit's split
     plugin is left there) or ``verify`` (allocatable is what the unsplit leaves). Returns ``ok``, ``left`` (the
     nodes it still does not hold for), ``seconds`` (how long it took), ``lowest`` ({node: the lowest allocatable
@@ -138,7 +214,16 @@ def unsplit_wait(inputs, context):
     lowest = {}
     left = list(names)
     for attempt in range(retries + 1):
-        if until == "verify":
+        if until == "helm":
+            result = context.run_module(
+                "kubernetes.core.k8s_info",
+                {"api_version": "apps/v1", "kind": "DaemonSet", **connection_args(inputs)},
+            )
+            left = sorted(
+                {w["node"] for w in unsplit.helm_still_off(entries, (result or {}).get("resources"))}
+            )
+            lines = []
+        elif until == "verify":
             result = context.run_module(
                 "kubernetes.core.k8s_info", {"api_version": "v1", "kind": "Node", **connection_args(inputs)}
             )

@@ -101,7 +101,15 @@ def test_the_settings_step_refuses_with_its_title():
     refused = run_step("unsplit_settings", {"to": "somewhere"}, StepContext())
     assert refused["failed"] and refused["msg"].startswith("gpusplit unsplit refused:")
     ok = run_step("unsplit_settings", {"to": "host"}, StepContext())
-    assert ok == {"settings": {"to": "host", "host_files": "restore", "plugin": "stock"}}
+    assert ok == {
+        "settings": {
+            "to": "host",
+            "host_files": "restore",
+            "plugin": "stock",
+            "cluster": False,
+            "force": False,
+        }
+    }
 
 
 # ---------------------------------------------------------------------------------------------

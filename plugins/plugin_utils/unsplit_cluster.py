@@ -1,0 +1,192 @@
+# Copyright: gpusplit contributors
+# Apache-2.0
+"""Taking gpusplit off the whole cluster (``gpusplit_unsplit_cluster: true`` on the last unsplit; docs/undo.md, "The
+whole cluster"): what goes besides the play's nodes, what is refused, and which of gpusplit's namespaces may be
+deleted. Ownership is proven by gpusplit's label (objects) or field manager (node labels); anything else is listed.
+"""
+
+from __future__ import annotations
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
+    APP_NAME,
+    LABEL_MANAGED_BY,
+    LABEL_NAME,
+    LABEL_NODE,
+    MANAGED_BY,
+)
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import PLUGIN_SELECTOR
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.unsplit import (
+    object_name,
+    owned_label_keys,
+    plan_nodes,
+)
+
+# gpusplit's admission policies and bindings (playbooks/guard.yml labels them so, whatever the guard's name)
+GUARD_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY},gpusplit.io/guard"
+# what may be in a namespace, looked at before gpusplit's own namespace is deleted
+NAMESPACE_KINDS = (
+    ("v1", "Pod"),
+    ("apps/v1", "DaemonSet"),
+    ("apps/v1", "Deployment"),
+    ("apps/v1", "StatefulSet"),
+    ("batch/v1", "Job"),
+    ("v1", "ConfigMap"),
+    ("v1", "Secret"),
+    ("v1", "Service"),
+    ("v1", "ServiceAccount"),
+    ("v1", "PersistentVolumeClaim"),
+)
+NAMESPACE_FIELDS = ["metadata.namespace", "metadata.name", "metadata.labels"]
+# what Kubernetes puts in every namespace itself
+NAMESPACE_DEFAULTS = {("ConfigMap", "kube-root-ca.crt"), ("ServiceAccount", "default")}
+# namespaces gpusplit never deletes, whatever their labels say
+KEEP_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
+
+
+def _labels(obj):
+    return ((obj or {}).get("metadata") or {}).get("labels") or {}
+
+
+def _gpusplits(obj):
+    return _labels(obj).get(LABEL_MANAGED_BY) == MANAGED_BY
+
+
+def _split_plugin_node(ds):
+    """The node a split plugin DaemonSet of gpusplit's serves (None for any other DaemonSet)."""
+    if not _gpusplits(ds) or _labels(ds).get(LABEL_NAME) != APP_NAME:
+        return None
+    meta = (ds or {}).get("metadata") or {}
+    return (meta.get("annotations") or {}).get(render.ANNOTATION_NODE_NAME) or _labels(ds).get(LABEL_NODE)
+
+
+def still_split(plan, nodes, daemonsets, field_manager="gpusplit", covered=()):
+    """``{node: [what of gpusplit's it still has]}`` for the nodes outside ``plan`` that gpusplit has not taken
+    back: labels its field manager owns, or a split device plugin of gpusplit's."""
+    planned = {np.get("node") for np in plan_nodes(plan).values()} | set(covered or ())
+    out = {}
+    for node in nodes or []:
+        name = ((node or {}).get("metadata") or {}).get("name")
+        owned = owned_label_keys(node, field_manager)
+        if name not in planned and owned:
+            out.setdefault(name, []).append(f"gpusplit's labels {', '.join(owned)}")
+    for ds in daemonsets or []:
+        name = _split_plugin_node(ds)
+        if name is not None and name not in planned:
+            out.setdefault(name, []).append(f"its split device plugin {object_name(ds)}")
+    return out
+
+
+def cluster_wide_plan(
+    plan, nodes, daemonsets, policies=(), bindings=(), namespaces=(), field_manager="gpusplit", covered=()
+):
+    """What ``gpusplit_unsplit_cluster: true`` removes besides the nodes of ``plan``, and what it refuses.
+
+    Refused (before any change) while a node outside the play is still split: the admission guard and the split
+    plugin's namespace are what such a node relies on. Removed: gpusplit's admission policies and bindings (its
+    label), every split device plugin and its config file left (the nodes gone from the inventory), and gpusplit's
+    namespaces (its label) once nothing but gpusplit's own objects is left in them (:func:`namespaces_to_delete`,
+    after the nodes are taken back). Objects that only look like gpusplit's (a name with ``gpusplit`` in it, but
+    not its label) are listed and left.
+
+    Returns ``{"refusals", "prune", "namespaces", "namespace_queries", "listed", "lines"}``.
+    """
+    left = still_split(plan, nodes, daemonsets, field_manager, covered)
+    refusals = []
+    if left:
+        refusals.append(
+            "gpusplit_unsplit_cluster=true takes away what every split node relies on (the admission guard, the "
+            "split plugin's namespace), but these nodes outside the play are still split: "
+            + "; ".join(f"{name} ({', '.join(what)})" for name, what in sorted(left.items()))
+            + ". Take them back in the same run (add them to gpusplit_hosts), or run without "
+            "gpusplit_unsplit_cluster. Nothing was changed."
+        )
+    owned_policies = sorted(object_name(p) for p in list(policies or []) if _gpusplits(p))
+    owned_bindings = sorted(object_name(b) for b in list(bindings or []) if _gpusplits(b))
+    listed = sorted(
+        f"{obj.get('kind') or kind} {object_name(obj)}"
+        for kind, objs in (
+            ("ValidatingAdmissionPolicy", policies),
+            ("ValidatingAdmissionPolicyBinding", bindings),
+        )
+        for obj in objs or []
+        if not _gpusplits(obj) and "gpusplit" in str(((obj or {}).get("metadata") or {}).get("name"))
+    )
+    owned_ns = sorted(
+        object_name(ns)
+        for ns in namespaces or []
+        if _gpusplits(ns) and object_name(ns) not in KEEP_NAMESPACES
+    )
+    leftovers = sorted(
+        object_name(ds)
+        for ds in daemonsets or []
+        if _split_plugin_node(ds) is not None
+        and _split_plugin_node(ds)
+        not in {np.get("node") for np in plan_nodes(plan).values()} | set(covered or ())
+    )
+    prune = [
+        {"api_version": "admissionregistration.k8s.io/v1", "kind": kind, "label_selector": GUARD_SELECTOR}
+        for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy")
+    ] + [
+        {"api_version": api_version, "kind": kind, "label_selector": PLUGIN_SELECTOR}
+        for api_version, kind in (("apps/v1", "DaemonSet"), ("v1", "ConfigMap"))
+    ]
+    queries = {
+        f"{ns}/{kind}": {
+            "api_version": api_version,
+            "kind": kind,
+            "namespace": ns,
+            "fields": NAMESPACE_FIELDS,
+        }
+        for ns in owned_ns
+        for api_version, kind in NAMESPACE_KINDS
+    }
+    lines = [
+        "whole cluster: admission policies "
+        + (", ".join(owned_policies) or "none")
+        + "; their bindings "
+        + (", ".join(owned_bindings) or "none")
+        + " removed",
+        "whole cluster: every split device plugin and its config file removed"
+        + (f" (also {', '.join(leftovers)}, of nodes no longer in the inventory)" if leftovers else ""),
+        "whole cluster: gpusplit's namespace(s) "
+        + (", ".join(owned_ns) or "none")
+        + " deleted once nothing but gpusplit's own objects is left in them",
+        "whole cluster: feature gates are not changed here: run playbooks/feature_gates.yml with each gate "
+        "gpusplit set as absent (docs/feature-gates.md)",
+    ] + [
+        f"whole cluster: not gpusplit's (no {LABEL_MANAGED_BY}={MANAGED_BY} label), left: {x}" for x in listed
+    ]
+    return {
+        "refusals": refusals,
+        "still_split": sorted(left),
+        "prune": prune,
+        "namespaces": owned_ns,
+        "namespace_queries": queries,
+        "listed": listed,
+        "lines": lines,
+    }
+
+
+def namespaces_to_delete(namespaces, found):
+    """``(delete, kept_lines)``: gpusplit's ``namespaces`` in which nothing is left but what Kubernetes puts in
+    every namespace and gpusplit's own objects (its label: the split plugin's pods carry it too); the others kept, each with what is left.
+
+    ``found``: ``{"<namespace>/<Kind>": [objects]}`` (cluster_wide_plan's namespace_queries, read).
+    """
+    delete, kept = [], []
+    for ns in namespaces or []:
+        left = []
+        for _api_version, kind in NAMESPACE_KINDS:
+            for obj in (found or {}).get(f"{ns}/{kind}") or []:
+                meta = (obj or {}).get("metadata") or {}
+                if (kind, meta.get("name")) in NAMESPACE_DEFAULTS or _gpusplits(obj):
+                    continue
+                left.append(f"{kind} {meta.get('name')}")
+        if left:
+            kept.append(
+                f"namespace {ns} kept: not only gpusplit's objects are left in it ({', '.join(left)})"
+            )
+        else:
+            delete.append(ns)
+    return delete, kept
