@@ -32,7 +32,9 @@ from test_feature_gates_rollout import (  # the rollout's helpers and its contro
     served,
 )
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import pod_resources as pr
 from lab import components as C
+from lab import podresources as ps
 
 ROOT = Path(__file__).resolve().parents[2]
 INVENTORY = ROOT / "inventory" / "lab"
@@ -314,6 +316,19 @@ def test_to_host_refuses_under_refuse_and_evicts_exactly_the_pod_under_evict(spl
             lambda: kubectl.json("-n", ns, "get", "pod", "train-0")["status"].get("phase") == "Running",
             timeout=90,
             what="the GPU pod running",
+        )
+        # the unsplit learns who holds a GPU from the node's pod-resources answer: wait until it lists the pod
+        socket = str(ps.socket_path(NODE))
+        kubectl.wait_for(
+            lambda: (
+                Path(socket).exists()
+                and any(
+                    h["namespace"] == ns and h["pod"] == "train-0" and h["resource_name"] == "nvidia.com/gpu"
+                    for h in pr.read_pod_resources(socket)["holders"]
+                )
+            ),
+            timeout=90,
+            what="train-0's GPU in the node's pod-resources answer",
         )
         files = host_files()
         refused = run("unsplit.yml", "-e", "gpusplit_unsplit_to=host", ok=False)
