@@ -18,11 +18,17 @@ pytestmark = pytest.mark.integration
 
 
 def test_guard_yml_with_no_extra_variables_succeeds(lab):
-    """As a user runs it: the role's own defaults pass its own argument spec."""
-    proc = ansible_playbook("guard.yml", INVENTORY)
-    assert proc.returncode == 0, proc.stdout[-4000:]
-    assert "Validating arguments against arg spec 'main'" in proc.stdout
-    assert "must be one of" not in proc.stdout
+    """As a user runs it: the role's own defaults pass its own argument spec. The guard it installs covers
+    every namespace but the allowed ones, so it is taken away again: later tests start pods that set
+    NVIDIA_VISIBLE_DEVICES (stand-in device plugins) in namespace default."""
+    try:
+        proc = ansible_playbook("guard.yml", INVENTORY)
+        assert proc.returncode == 0, proc.stdout[-4000:]
+        assert "Validating arguments against arg spec 'main'" in proc.stdout
+        assert "must be one of" not in proc.stdout
+    finally:
+        gone = ansible_playbook("guard.yml", INVENTORY, "-e", "gpusplit_guard_state=absent")
+    assert gone.returncode == 0, gone.stdout[-4000:]
 
 
 def test_one_machine_in_the_inventory_twice_is_refused_before_any_change(lab, tmp_path):
