@@ -135,7 +135,10 @@ def healthy_uuids(node_plan):
     excluded = set(node_plan.get("excluded") or [])
     return [
         g["uuid"]
-        for g in sorted(node_plan.get("gpus") or [], key=lambda g: g.get("index", 0))
+        # a GPU the host lost has no index: it sorts last
+        for g in sorted(
+            node_plan.get("gpus") or [], key=lambda g: (g.get("index") is None, g.get("index") or 0)
+        )
         if g.get("share") != "excluded" and g.get("uuid") not in excluded
     ]
 
