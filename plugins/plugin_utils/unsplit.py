@@ -132,7 +132,8 @@ def plan_nodes(plan):
 
 def healthy_uuids(node_plan):
     """The node's GPUs that are not excluded (lost, unhealthy), in index order."""
-    excluded = set(node_plan.get("excluded") or [])
+    # the planner lists each excluded GPU as a mapping (uuid, PCI bus id, reason)
+    excluded = {e.get("uuid") for e in node_plan.get("excluded") or []}
     return [
         g["uuid"]
         # a GPU the host lost has no index: it sorts last

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_fleet
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import unsplit
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import resplit_diff, resplit_refusals
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.role_steps import StepContext, run_step
-from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_split_render import fleet
+from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_split_render import fleet, gpu
 
 STOCK_EXCLUDED = {
     "metadata": {"name": "nvidia-device-plugin", "namespace": "kube-system", "labels": {}},
@@ -132,6 +133,22 @@ def test_to_kubernetes_every_healthy_gpu_is_kubernetes_and_excluded_ones_stay_ou
     node = unsplit.unsplit_plan(plan, "kubernetes")["nodes"]["a-dp"]
     assert node["kubernetes_count"] == 3 and node["host_uuids"] == []
     assert node["gpus"][3]["share"] == "excluded"
+
+
+@pytest.mark.parametrize("to", ["host", "kubernetes"])
+def test_the_planners_excluded_gpus_a_lost_one_without_index_stay_out(to):
+    facts = [gpu(i) for i in range(4)]
+    facts[1]["health"] = {"status": "degraded", "reasons": ["row remapping failed"]}
+    facts[2].update(index=None, health={"status": "lost", "reasons": ["NVML_ERROR_GPU_IS_LOST"]})
+    plan = plan_fleet({"n": {"facts": facts, "mode": "device_plugin", "split": {"count": 1}}})
+    assert [e["uuid"] for e in plan["nodes"]["n"]["excluded"]] == [facts[1]["uuid"], facts[2]["uuid"]]
+    node = unsplit.unsplit_plan(plan, to)["nodes"]["n"]
+    kept = [facts[0]["uuid"], facts[3]["uuid"]]
+    assert node[f"{to}_uuids"] == kept and node[f"{to}_count"] == 2
+    assert {g["uuid"] for g in node["gpus"] if g["share"] == "excluded"} == {
+        facts[1]["uuid"],
+        facts[2]["uuid"],
+    }
 
 
 def test_the_resplit_checks_on_the_unsplit_plan_find_the_pods_and_the_host_processes():
