@@ -104,7 +104,7 @@ integration: lab-build-default
 	$(BIN)/pytest -m integration tests
 
 # the lab's tests run in two pytest-xdist groups (lab-a, lab-b), each on a worker and a lab of its
-# own, while the other tests fill the gaps (tests/conftest.py, lab/workers.py, docs/lab.md). Two jobs
+# own, while the other tests fill the gaps (tests/conftest.py, lab/workers.py, docs/dev/lab.md). Two jobs
 # run beside pytest: the managed-host modules' tests per ansible-core under the host Pythons it
 # supports (tools/multi_python_tests.py), and the other legs of the support matrix (tools/legs.py
 # test: on ansible-core 2.20 and 2.19 the unit tests and ansible-test sanity, each in its own venv,

@@ -16,7 +16,7 @@ The binaries are lab/build_node.sh's (.lab/bin); the pause image and the workloa
 here from the lab's own programs (lab/images/*.c) as OCI archives and imported into containerd's
 `k8s.io` namespace with `ctr images import`: no registry is reached.
 
-Settings this machine needs, and why (docs/lab.md, "The real node"):
+Settings this machine needs, and why (docs/dev/lab.md, "The real node"):
 * the process lacks CAP_SYS_RESOURCE, so containerd's CRI runs with `restrict_oom_score_adj`
   (otherwise runc fails writing /proc/self/oom_score_adj: Permission denied);
 * the machine's cgroups are v1 hierarchies, so the kubelet has `failCgroupV1: false` and the

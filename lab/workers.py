@@ -1,7 +1,7 @@
 """The lab of each pytest-xdist worker: the environment that gives a worker past the first a lab of its own.
 
 Read by tests/conftest.py before it imports lab.components (which reads GPUSPLIT_LAB_DIR and
-GPUSPLIT_LAB_HOST once); docs/lab.md, "Tests". Imports nothing of the lab.
+GPUSPLIT_LAB_HOST once); docs/dev/lab.md, "Tests". Imports nothing of the lab.
 """
 
 from __future__ import annotations

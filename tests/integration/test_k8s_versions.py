@@ -1,7 +1,7 @@
 """The lab at each Kubernetes release (lab/versions.env KUBE_VERSIONS), and what gpusplit picks on it.
 
 These tests run on the release of the session's lab: the default (1.37.2) in `make test`, another with
-GPUSPLIT_KUBE_VERSION=<release> and a lab folder of its own (docs/lab.md, "Kubernetes releases"). What
+GPUSPLIT_KUBE_VERSION=<release> and a lab folder of its own (docs/dev/lab.md, "Kubernetes releases"). What
 each release serves is asked of its real kube-apiserver; the expectations per minor come from the
 Kubernetes sources (plugins/module_utils/_control_plane/api_versions.py names them).
 

@@ -1,6 +1,6 @@
 """Who holds each GPU, on the lab: real pods bound by the real scheduler to lab-dgx-01, their devices
 read with the module gpu_pod_resources (through Ansible, with the lab inventory's host root) from the
-node's pod-resources socket, which lab/podresources.py serves as the kubelet would (docs/lab.md).
+node's pod-resources socket, which lab/podresources.py serves as the kubelet would (docs/dev/lab.md).
 """
 
 from __future__ import annotations

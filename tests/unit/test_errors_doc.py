@@ -34,7 +34,7 @@ def test_the_page_lists_refusals_of_every_capability():
 
 
 def test_the_page_names_no_private_file():
-    """The collection's files are private (docs/architecture.md): the page is indexed by capability and message."""
+    """The collection's files are private (docs/dev/architecture.md): the page is indexed by capability and message."""
     text = GEN.render()
     for private in ("plugins/", "module_utils", "plugin_utils"):
         assert private not in text, private

@@ -1,4 +1,4 @@
-"""The shape of plugins/ (docs/architecture.md): which part may import which, and file sizes."""
+"""The shape of plugins/ (docs/dev/architecture.md): which part may import which, and file sizes."""
 
 from __future__ import annotations
 
@@ -88,7 +88,9 @@ FILES = sorted(p for p in PLUGINS.rglob("*.py") if p.name != "__init__.py")
 @pytest.mark.parametrize("path", FILES, ids=lambda p: str(p.relative_to(PLUGINS)))
 def test_imports_follow_the_layers(path):
     part = part_of(path)
-    assert part in ALLOWED, f"{part}: a new part of plugins/ must be placed in docs/architecture.md and here"
+    assert part in ALLOWED, (
+        f"{part}: a new part of plugins/ must be placed in docs/dev/architecture.md and here"
+    )
     wrong = sorted(
         name
         for name in imported(path)
@@ -97,7 +99,7 @@ def test_imports_follow_the_layers(path):
         and target not in ALLOWED[part]
         and collection_file(name) not in ALLOWED[part]
     )
-    assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}, against docs/architecture.md"
+    assert not wrong, f"{path.relative_to(ROOT)} imports {wrong}, against docs/dev/architecture.md"
 
 
 @pytest.mark.parametrize(
@@ -120,7 +122,7 @@ def test_no_file_is_too_long():
         for p in FILES
         if p not in GENERATED and (n := len(p.read_text().splitlines())) > MAX_LINES
     }
-    assert not long, f"split these by concern (docs/architecture.md): {long}"
+    assert not long, f"split these by concern (docs/dev/architecture.md): {long}"
 
 
 def test_private_subpackages_say_so():
@@ -163,7 +165,7 @@ MODULES_REACH = reached_from_modules()
 )
 def test_module_utils_holds_only_what_modules_use(path):
     # AnsiballZ ships module_utils to managed hosts: code that only filters or other controller
-    # code use belongs in plugin_utils/ (docs/architecture.md)
+    # code use belongs in plugin_utils/ (docs/dev/architecture.md)
     assert path in MODULES_REACH, (
         f"{path.relative_to(ROOT)}: no module imports it, directly or through module_utils; "
         "move it to plugins/plugin_utils/"

@@ -162,7 +162,7 @@ def _lab_literals(path: Path) -> list[str]:
 
 def test_lab_tests_name_their_lab_through_lab_components():
     # a lab test in the second group runs against the second worker's lab; a literal address or
-    # folder of the first lab would probe or change the other one (docs/lab.md, "Tests")
+    # folder of the first lab would probe or change the other one (docs/dev/lab.md, "Tests")
     found = [
         hit for path in sorted((ROOT / "tests" / "integration").glob("*.py")) for hit in _lab_literals(path)
     ]

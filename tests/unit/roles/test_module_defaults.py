@@ -1,6 +1,6 @@
 """A role's module_defaults name only modules the role runs.
 
-The roles set the cluster connection once in ``module_defaults`` (docs/architecture.md): for the action group
+The roles set the cluster connection once in ``module_defaults`` (docs/dev/architecture.md): for the action group
 ``gpusplit.k8s.cluster``, the ``kubernetes.core`` group, and single modules outside a group. A single module that
 no task of the role runs any more (``kubernetes.core.k8s_taint`` after node_taints replaced it, ninth round) is a
 default that nobody reads and a hint at a module the role does not use; this test names it.
