@@ -20,7 +20,7 @@ gpusplit's own editor (plugins/module_utils/_host/toolkit_config.py), exactly as
 installer (`nvidia-ctk-installer`, the operator's toolkit container program) run with the
 `toolkit.env` that gpusplit renders into the ClusterPolicy.
 
-docs/hardening.md ("Matrix") shows the results as a table; the test checks that table against what
+docs/dev/hardening-tests.md ("Matrix on the real toolkit") shows the results as a table; the test checks that table against what
 the toolkit did.
 """
 
@@ -47,7 +47,7 @@ FAKES = ROOT / "tests" / "fakes" / "bin"
 FAKE_CLI = FAKES / "nvidia-container-cli"
 FAKE_RUNC = FAKES / "fake-runc"
 GPU_FIXTURE = ROOT / "tests" / "fixtures" / "gpus" / "dgx-h100.json"
-DOCS = ROOT / "docs" / "hardening.md"
+DOCS = ROOT / "docs" / "dev" / "hardening-tests.md"
 VERSION = versions()["NVIDIA_CONTAINER_TOOLKIT_VERSION"]
 TOOLKIT = (
     "nvidia-container-runtime-hook",
@@ -851,7 +851,7 @@ def test_the_binaries_report_the_pinned_version():
 
 
 def docs_matrix():
-    """{(path, case): (stock, hardened)} from the table in docs/hardening.md ("Matrix")."""
+    """{(path, case): (stock, hardened)} from the table in docs/dev/hardening-tests.md ("Matrix on the real toolkit")."""
     text = DOCS.read_text()
     section = text.split("## Matrix on the real toolkit", 1)[1].split("\n## ", 1)[0]
     rows = {}
