@@ -413,6 +413,85 @@ def migrate_runtime_config(runtime_config: dict, target_version, gates: dict | N
     return new, notes
 
 
+class UnreadableObjectsError(CatalogError):
+    """Objects exist that the upgrade target's kube-apiserver could not read back."""
+
+
+#: The variable that has the upgrade preflight delete the objects the target cannot read back.
+DELETE_UNREADABLE_VARIABLE = "gpusplit_upgrade_delete_unreadable"
+
+
+def unreadable_kinds(served_apis: dict, target_version) -> list[dict]:
+    """The kinds the cluster serves in a group/version that ``target_version`` does not register.
+
+    Objects of such a kind are stored in etcd in that version, which the target's kube-apiserver
+    cannot decode (GenericWorkload's ``scheduling.k8s.io/v1alpha2`` Workloads and PodGroups on the way
+    from 1.36 to 1.37).  ``served_apis`` is kubernetes.core.k8s_cluster_info's ``apis``
+    (``{group/version: {kind: resource}}``).  Only the groups of :data:`REGISTERED_API_VERSIONS` are
+    judged.  Returns ``[{"api_version", "kind"}]``, sorted.
+    """
+    minor = supported_minor(target_version)
+    registered = REGISTERED_API_VERSIONS[minor]
+    if not isinstance(served_apis, dict):
+        raise CatalogError(
+            f"served APIs: expected a map of group/version to kinds, got {type(served_apis).__name__}"
+        )
+    out = []
+    for group_version in sorted(served_apis):
+        group, _sep, version = str(group_version).rpartition("/")
+        if group not in registered or version in registered[group]:
+            continue
+        for kind in sorted(served_apis[group_version] or {}):
+            out.append({"api_version": group_version, "kind": kind})
+    return out
+
+
+def _object_ref(obj: dict, api_version: str, kind: str) -> dict:
+    meta = obj.get("metadata") or {}
+    ref = {
+        "api_version": obj.get("apiVersion") or api_version,
+        "kind": obj.get("kind") or kind,
+        "name": meta.get("name"),
+    }
+    if meta.get("namespace"):
+        ref["namespace"] = meta["namespace"]
+    return ref
+
+
+def object_label(ref: dict) -> str:
+    """``PodGroup team-a/train (scheduling.k8s.io/v1alpha2)``; a cluster-scoped object without a namespace."""
+    where = f"{ref['namespace']}/{ref['name']}" if ref.get("namespace") else ref["name"]
+    return f"{ref['kind']} {where} ({ref['api_version']})"
+
+
+def unreadable_objects(kinds: list, found: dict, target_version, *, delete: bool = False) -> list[dict]:
+    """The objects of ``kinds`` (:func:`unreadable_kinds`) that exist, to delete before the upgrade.
+
+    ``found`` maps ``"<api_version> <kind>"`` to the objects listed in that version.  Where any exist and
+    ``delete`` is false, an :class:`UnreadableObjectsError` names each (kind, namespace/name, version) and
+    the variable that deletes them; with ``delete``, the list is returned for deletion, sorted.
+    """
+    minor = supported_minor(target_version)
+    refs = []
+    for item in kinds or []:
+        key = f"{item['api_version']} {item['kind']}"
+        for obj in (found or {}).get(key) or []:
+            if not isinstance(obj, dict):
+                raise CatalogError(f"{key}: expected objects as mappings, got {type(obj).__name__}")
+            refs.append(_object_ref(obj, item["api_version"], item["kind"]))
+    refs.sort(key=lambda r: (r["api_version"], r["kind"], r.get("namespace") or "", r["name"] or ""))
+    if refs and not delete:
+        versions = sorted({r["api_version"] for r in refs})
+        raise UnreadableObjectsError(
+            f"Kubernetes {minor} does not register {', '.join(versions)}, so after the upgrade its "
+            f"kube-apiserver cannot read back these objects, stored in that version: "
+            f"{'; '.join(object_label(r) for r in refs)}. Delete them before the upgrade (and create them "
+            f"again in a version {minor} serves), or set {DELETE_UNREADABLE_VARIABLE}=true to have this "
+            "preflight delete exactly these. Nothing was changed."
+        )
+    return refs
+
+
 #: ``validate_version`` values that turn the check of a flag writer off (explicitly; it warns then).
 VALIDATE_OFF = ("off", "false", "no", "none")
 

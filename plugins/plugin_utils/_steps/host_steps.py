@@ -251,6 +251,52 @@ def cp_runtime_config(inputs, context):
     }
 
 
+@step
+def cp_upgrade_unreadable_kinds(inputs, context):
+    """``kinds``: those the cluster serves in a group/version the upgrade target does not register; ``queries``:
+    a cluster_read query per kind, named ``"<api_version> <kind>"``.
+
+    inputs: apis (kubernetes.core.k8s_cluster_info's), target (gpusplit_upgrade_target_version).
+    """
+    kinds = cp_gate_preflight.unreadable_kinds(mapping_input(inputs, "apis"), inputs.get("target"))
+    queries = {
+        f"{k['api_version']} {k['kind']}": {**k, "fields": ["metadata.namespace", "metadata.name"]}
+        for k in kinds
+    }
+    return {"kinds": kinds, "queries": queries}
+
+
+@step
+def cp_upgrade_unreadable_objects(inputs, context):
+    """``objects``: the objects of those kinds that exist, when ``delete`` asks to delete them (refused, naming
+    each, otherwise); ``labels``: how each is named; ``definitions``: them as kubernetes.core.k8s deletes them in
+    one module execution.
+
+    inputs: kinds (cp_upgrade_unreadable_kinds's), found (cluster_read's resources), target, delete.
+    """
+    delete = inputs.get("delete")
+    if not isinstance(delete, bool):
+        raise cp_gate_preflight.CatalogError(
+            f"{cp_gate_preflight.DELETE_UNREADABLE_VARIABLE}: expected true or false, got {delete!r}"
+        )
+    objects = cp_gate_preflight.unreadable_objects(
+        list_input(inputs, "kinds"), mapping_input(inputs, "found"), inputs.get("target"), delete=delete
+    )
+    definitions = [
+        {
+            "apiVersion": o["api_version"],
+            "kind": o["kind"],
+            "metadata": {"name": o["name"], **({"namespace": o["namespace"]} if o.get("namespace") else {})},
+        }
+        for o in objects
+    ]
+    return {
+        "objects": objects,
+        "labels": [cp_gate_preflight.object_label(o) for o in objects],
+        "definitions": definitions,
+    }
+
+
 def _max_lines(value):
     """``max_lines`` as a positive int; anything else is refused, naming the input."""
     try:
