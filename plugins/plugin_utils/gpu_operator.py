@@ -29,6 +29,7 @@ The checks over the fleet plan (MIG strategy, MIG configs, plugin hardening, col
 from __future__ import annotations
 
 import copy
+import json
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
@@ -70,6 +71,18 @@ TOOLKIT_HARDENING_ENV = (
 )
 # the operator's own plugin (unsplit nodes) under a hardened toolkit without CDI
 OPERATOR_PLUGIN_HARDENING_ENV = (("DEVICE_LIST_STRATEGY", "volume-mounts"),)
+
+# what each ClusterPolicy field held before gpusplit first set it, on the ClusterPolicy itself: it lives and goes
+# with the object it describes, and gpusplit's own apply owns it (a ConfigMap would sit in a namespace the unsplit
+# may delete, and could outlive or miss the ClusterPolicy)
+ANNOTATION_ORIGINAL = "gpusplit.io/original-spec"
+# the spec fields gpusplit may own, in the order owned_spec sets them; env lists: the names it sets there
+OWNED_FIELDS = (
+    (("toolkit", "env"), TOOLKIT_HARDENING_ENV),
+    (("devicePlugin", "env"), OPERATOR_PLUGIN_HARDENING_ENV),
+    (("mig", "strategy"), None),
+    (("migManager", "config", "name"), None),
+)
 
 LABEL_MIG_CONFIG = "nvidia.com/mig.config"
 LABEL_MIG_CONFIG_STATE = "nvidia.com/mig.config.state"
@@ -320,13 +333,56 @@ def owned_spec(live, settings, strategy, manager, mig_config_name=None):
     return out, notes
 
 
-def render_clusterpolicy(name, spec):
-    """The ClusterPolicy object carrying only gpusplit's fields (templates/clusterpolicy.yaml.j2)."""
+def read_original(obj):
+    """The record of :data:`ANNOTATION_ORIGINAL` on ``obj``: ``({field: entry}, problem)``; ``({}, None)`` where there
+    is none, ``({}, why)`` where it cannot be read."""
+    text = (dig(obj, "metadata", "annotations") or {}).get(ANNOTATION_ORIGINAL)
+    if text is None:
+        return {}, None
+    try:
+        record = json.loads(text)
+    except (TypeError, ValueError) as exc:
+        return {}, f"annotation {ANNOTATION_ORIGINAL} is not JSON ({exc})"
+    if not isinstance(record, dict) or not all(isinstance(v, dict) for v in record.values()):
+        return {}, f"annotation {ANNOTATION_ORIGINAL} is not a mapping of field to entry"
+    return record, None
+
+
+def original_record(live, spec, manager):
+    """The record gpusplit keeps on the ClusterPolicy, as annotation text, for the fields of ``spec`` it applies.
+
+    Per field (``toolkit.env``, ...): ``before`` is what the live ClusterPolicy held before gpusplit first set it
+    (None: absent), kept from the record already there; ``unknown`` where gpusplit owned the field before it kept a
+    record (the live value may be its own); ``wrote`` is what this apply sends.
+    """
+    record, _problem = read_original(live)
+    owned = owned_field_paths(live, manager)
+    out = {}
+    for path, _env in OWNED_FIELDS:
+        sent = dig(spec, *path)
+        if sent is None:
+            continue
+        key = ".".join(path)
+        entry = record.get(key)
+        if entry is None or not ("before" in entry or entry.get("unknown")):
+            if ("spec", *path) in owned:
+                entry = {"before": None, "unknown": True}
+            else:
+                entry = {"before": copy.deepcopy(dig(live, "spec", *path))}
+        out[key] = {**{k: v for k, v in entry.items() if k != "wrote"}, "wrote": copy.deepcopy(sent)}
+    return json.dumps(out, sort_keys=True, separators=(",", ":"))
+
+
+def render_clusterpolicy(name, spec, original=None):
+    """The ClusterPolicy object carrying only gpusplit's fields (templates/clusterpolicy.yaml.j2); ``original``:
+    :func:`original_record`'s text, sent on every apply (an apply that left it out would remove it)."""
     return render.render_template(
         "clusterpolicy.yaml.j2",
         api_version=API_VERSION,
         kind=KIND,
         name=name,
+        original=original,
+        annotation_original=ANNOTATION_ORIGINAL,
         toolkit_env=dig(spec, "toolkit", "env"),
         device_plugin_env=dig(spec, "devicePlugin", "env"),
         mig_strategy=dig(spec, "mig", "strategy"),
@@ -470,7 +526,8 @@ def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None,
         spec, notes = owned_spec(live, s, strategy, s["field_manager"], mig_config_name)
         warnings.extend(f"ClusterPolicy {selected['managed']}: {n}" for n in notes)
         if spec:
-            objects.append(render_clusterpolicy(selected["managed"], spec))
+            original = original_record(live, spec, s["field_manager"])
+            objects.append(render_clusterpolicy(selected["managed"], spec, original))
         why = (
             "active"
             if selected["managed"] == selected["active"]

@@ -14,6 +14,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     LABEL_NODE,
     MANAGED_BY,
 )
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator as operator
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import PLUGIN_SELECTOR
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.unsplit import (
@@ -40,6 +41,9 @@ NAMESPACE_KINDS = (
 NAMESPACE_FIELDS = ["metadata.namespace", "metadata.name", "metadata.labels"]
 # what Kubernetes puts in every namespace itself
 NAMESPACE_DEFAULTS = {("ConfigMap", "kube-root-ca.crt"), ("ServiceAccount", "default")}
+# the field manager that holds the ClusterPolicy values the unsplit puts back, so that gpusplit's own manager can let
+# go of every field it set (server-side apply removes a field only its leaving manager owned)
+RESTORE_MANAGER = "before-gpusplit"
 # namespaces gpusplit never deletes, whatever their labels say
 KEEP_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
 
@@ -190,3 +194,99 @@ def namespaces_to_delete(namespaces, found):
         else:
             delete.append(ns)
     return delete, kept
+
+
+def _without_gpusplits_env(live, before, pairs):
+    """``(list, names)``: the live env list with gpusplit's entries (its names with its values) taken out, an entry of
+    the same name in ``before`` put back in its place; ``names``: the entries taken out or put back."""
+    ours = dict(pairs)
+    old = {e.get("name"): e for e in before or [] if isinstance(e, dict)}
+    out, names = [], []
+    for entry in live or []:
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if name in ours and entry.get("value") == ours[name] and set(entry) <= {"name", "value"}:
+            names.append(name)
+            if name in old:
+                out.append(old[name])
+            continue
+        out.append(entry)
+    return out, names
+
+
+def clusterpolicy_plan(clusterpolicies, field_manager="gpusplit"):
+    """What ``gpusplit_unsplit_cluster: true`` does to each ClusterPolicy gpusplit set fields of (mode gpu_operator).
+
+    A field still as gpusplit wrote it goes back to what it held before (gpu_operator.original_record's
+    annotation): its value, or no value. A field changed since, or set before gpusplit kept a record: an env list
+    loses only gpusplit's entries (said which), any other field is left as it is (said so). ``restore`` holds
+    the values that stay, applied by :data:`RESTORE_MANAGER`; ``release`` the bare objects gpusplit's manager then
+    applies, which takes out every field only gpusplit still owns (those with no value before, the record).
+
+    Returns ``{"restore", "release", "manager", "lines"}`` (``manager``: :data:`RESTORE_MANAGER`).
+    """
+    restore, release, lines = [], [], []
+    for cp in clusterpolicies or []:
+        name = object_name(cp)
+        record, problem = operator.read_original(cp)
+        owned = operator.owned_field_paths(cp, field_manager)
+        has_note = operator.ANNOTATION_ORIGINAL in (
+            ((cp or {}).get("metadata") or {}).get("annotations") or {}
+        )
+        if not has_note and not owned:
+            continue
+        if problem:
+            lines.append(
+                f"ClusterPolicy {name}: {problem}; gpusplit's entries are taken out, nothing put back"
+            )
+        spec, said = {}, []
+        for path, pairs in operator.OWNED_FIELDS:
+            key = ".".join(path)
+            entry = record.get(key)
+            if entry is None and ("spec", *path) not in owned:
+                continue
+            entry = entry or {"unknown": True}
+            live = operator.dig(cp, "spec", *path)
+            before = None if entry.get("unknown") else entry.get("before")
+            if not entry.get("unknown") and "wrote" in entry and live == entry["wrote"]:
+                keep = before
+                said.append(f"spec.{key} put back to {_shown(before)}")
+            elif pairs is not None:
+                keep, names = _without_gpusplits_env(live, before, pairs)
+                why = (
+                    "changed since gpusplit wrote it"
+                    if not entry.get("unknown")
+                    else "no record of it before"
+                )
+                said.append(
+                    f"spec.{key} {why}: only gpusplit's entries taken out ({', '.join(names) or 'none left'})"
+                )
+            else:
+                keep = live
+                why = (
+                    "changed since gpusplit wrote it"
+                    if not entry.get("unknown")
+                    else "no record of it before"
+                )
+                said.append(f"spec.{key} {why}: left as it is ({_shown(live)})")
+            if keep is not None:
+                node = spec
+                for step in path[:-1]:
+                    node = node.setdefault(step, {})
+                node[path[-1]] = keep
+        if spec:
+            restore.append(_clusterpolicy(name, spec=spec))
+        release.append(_clusterpolicy(name))
+        lines.append(
+            f"whole cluster: ClusterPolicy {name}: "
+            + "; ".join(said or ["no field of gpusplit's left"])
+            + f"; annotation {operator.ANNOTATION_ORIGINAL} and gpusplit's field manager removed"
+        )
+    return {"restore": restore, "release": release, "manager": RESTORE_MANAGER, "lines": lines}
+
+
+def _clusterpolicy(name, **fields):
+    return {"apiVersion": operator.API_VERSION, "kind": operator.KIND, "metadata": {"name": name}, **fields}
+
+
+def _shown(value):
+    return "no value" if value is None else repr(value)

@@ -642,3 +642,64 @@ def test_a_node_wide_mig_layout_where_the_host_keeps_gpus_is_refused_before_anyt
     assert kubectl.json("get", "clusterpolicy", POLICY)["metadata"]["resourceVersion"] == before
     assert {n: d["metadata"]["generation"] for n, d in split_daemonsets(kubectl).items()} == dss
     assert node(kubectl, SPLIT_DGX)["metadata"]["labels"] == labels
+
+
+# --------------------------------------------------------------------------------------------
+# the unsplit of the whole cluster puts the ClusterPolicy back (last: it takes every split node back)
+
+GUARD_SELECTOR = "app.kubernetes.io/managed-by=gpusplit,gpusplit.io/guard"
+ORIGINAL = "gpusplit.io/original-spec"
+
+
+def gpusplits_marks(obj):
+    """What of gpusplit's is left on ``obj``: its labels, annotations and field managers."""
+    meta = obj["metadata"]
+    return sorted(
+        [f"label {k}" for k in meta.get("labels") or {} if "gpusplit" in k]
+        + [f"annotation {k}" for k in meta.get("annotations") or {} if "gpusplit" in k]
+        + [f"manager {m['manager']}" for m in meta.get("managedFields") or [] if m["manager"] == "gpusplit"]
+    )
+
+
+def test_the_unsplit_of_the_whole_cluster_puts_the_clusterpolicy_back_and_leaves_nothing_of_gpusplits(
+    operator, kubectl
+):
+    sample = drop_nulls(yaml.safe_load(SAMPLE_FILE.read_text()))
+    cp = kubectl.json("get", "clusterpolicy", POLICY, "--show-managed-fields")
+    record = json.loads(cp["metadata"]["annotations"][ORIGINAL])
+    # what the chart had, recorded by the first gpu_operator.yml run; later runs kept it
+    assert record["toolkit.env"] == {"before": [OTHERS_ENTRY], "wrote": [OTHERS_ENTRY, *HARDENING]}
+    assert record["mig.strategy"] == {"before": sample["spec"]["mig"]["strategy"], "wrote": "single"}
+    guarded = kubectl("get", "validatingadmissionpolicies", "-l", GUARD_SELECTOR, "-o", "name").stdout.split()
+    wide = ("-e", "gpusplit_unsplit_to=host", "-e", "gpusplit_unsplit_cluster=true")
+    try:
+        writes = clusterpolicy_writes(kubectl)
+        check = " ".join(
+            run_playbook(kubectl, "unsplit.yml", operator["inventory"], *wide, "--check").stdout.split()
+        )
+        assert f"whole cluster: ClusterPolicy {POLICY}: spec.toolkit.env put back to" in check, check[-5000:]
+        # (the output doubles the quotes of a value)
+        assert re.search(r"spec\.mig\.strategy put back to '+single'+", check), check[-5000:]
+        assert clusterpolicy_writes(kubectl) == writes
+        assert kubectl.json("get", "clusterpolicy", POLICY)["metadata"]["annotations"][ORIGINAL]
+
+        run_playbook(kubectl, "unsplit.yml", operator["inventory"], *wide)
+        after = kubectl.json("get", "clusterpolicy", POLICY, "--show-managed-fields")
+        assert after["spec"]["toolkit"]["env"] == [OTHERS_ENTRY]
+        assert after["spec"]["mig"] == sample["spec"]["mig"]
+        assert "env" not in after["spec"].get("devicePlugin", {})
+        assert after["spec"]["driver"] == cp["spec"]["driver"]  # never gpusplit's: untouched
+        assert gpusplits_marks(after) == []
+
+        # a second run finds nothing of gpusplit's on it and writes nothing
+        writes = clusterpolicy_writes(kubectl)
+        again = run_playbook(kubectl, "unsplit.yml", operator["inventory"], *wide)
+        assert f"ClusterPolicy {POLICY}" not in " ".join(again.stdout.split())
+        assert clusterpolicy_writes(kubectl) == writes
+        assert (
+            kubectl.json("get", "clusterpolicy", POLICY)["metadata"]["resourceVersion"]
+            == (after["metadata"]["resourceVersion"])
+        )
+    finally:
+        if guarded:  # the unsplit took the lab's guard away: put it back (the fixture re-splits the lab)
+            run_playbook(kubectl, "guard.yml", INVENTORY, check=False)

@@ -113,7 +113,7 @@ def unsplit_cluster(inputs, context):
     ``cluster.refusals`` and its lines among ``cluster.lines``.
 
     inputs: plan (as it was), to, plugin, nodes, daemonsets, field_manager, helm_wait (seconds), forced (unsplit_plan's),
-    cluster_wide, policies, bindings, namespaces; api_versions (cluster_api_versions' result with the use
+    cluster_wide, policies, bindings, namespaces, clusterpolicies; api_versions (cluster_api_versions' result with the use
     device_taint_rule, where the plan has nodes in mode dra).
     """
     plan = mapping_input(inputs, "plan")
@@ -150,8 +150,11 @@ def unsplit_cluster(inputs, context):
             manager,
             covered=out["forced"],
         )
+        wide["clusterpolicy"] = unsplit_wide.clusterpolicy_plan(
+            list_input(inputs, "clusterpolicies"), manager
+        )
         out["refusals"].extend(wide["refusals"])
-        out["lines"].extend(wide["lines"])
+        out["lines"].extend(wide["lines"] + wide["clusterpolicy"]["lines"])
     out["wide"] = wide
     return {"cluster": out}
 

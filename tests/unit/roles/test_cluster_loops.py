@@ -34,6 +34,10 @@ ALLOWED = {
         "roles/control_plane_gates/tasks/preflight.yml",
         "List the objects of the APIs the absent gates serve",
     ): ("the kinds an absent gate serves (Workload, PodGroup), a fixed few, once for the play"),
+    (
+        "roles/gpu_unsplit/tasks/cluster_wide.yml",
+        "Put back the ClusterPolicy fields gpusplit set (the values they had before it)",
+    ): "the ClusterPolicies gpusplit set fields of: the operator reconciles one, once for the play",
 }
 
 

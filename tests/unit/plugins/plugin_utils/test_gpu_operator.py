@@ -719,6 +719,7 @@ def test_a_clusterpolicy_already_as_wanted_gives_the_same_object_again():
     (first,) = G.operator_config(plan, {}, [live], VM)["objects"]
     applied = copy.deepcopy(live)
     applied["spec"].update(copy.deepcopy(first["spec"]))
+    applied["metadata"]["annotations"] = copy.deepcopy(first["metadata"]["annotations"])  # the record
     (second,) = G.operator_config(plan, {}, [applied], VM)["objects"]
     assert second == first
     assert is_subset(second, applied)
