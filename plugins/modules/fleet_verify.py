@@ -30,9 +30,12 @@ options:
     type: dict
     required: true
   facts:
-    description: GPU facts per host (host -> C(nvidia_gpus)), for the process checks.
+    description:
+      - GPU facts per host (host -> C(nvidia_gpus)), for the process checks.
+      - When left out, the action plugin reads them on the controller from the variables of each host O(plan)
+        has a node plan of (C(ansible_facts.nvidia_gpus), as M(gpusplit.k8s.nvidia_gpu_facts) sets them); a host
+        without them gets no process check, a host the inventory does not have is refused by name.
     type: dict
-    default: {}
   wait_seconds:
     description:
       - Keep re-reading while any node is in DRIFT, until no node has come right for this many seconds.
@@ -51,8 +54,7 @@ EXAMPLES = r"""
 - name: Verify the split
   gpusplit.k8s.fleet_verify:
     plan: "{{ hostvars['localhost']['gpusplit_fleet_plan'] }}"
-    # every host's GPU facts (gpusplit.k8s.nvidia_gpu_facts)
-    facts: "{{ dict(ansible_play_hosts | zip(ansible_play_hosts | map('extract', hostvars, ['ansible_facts', 'nvidia_gpus']))) }}"
+    # facts left out: each planned host's GPU facts (gpusplit.k8s.nvidia_gpu_facts) are read from its variables
     wait_seconds: 60
   register: report
   delegate_to: localhost
@@ -111,7 +113,7 @@ def main():
     module = AnsibleModule(
         argument_spec={
             "plan": {"type": "dict", "required": True},
-            "facts": {"type": "dict", "default": {}},
+            "facts": {"type": "dict"},
             "wait_seconds": {"type": "int", "default": 0},
             **CLUSTER_ARGS,
         },

@@ -42,7 +42,6 @@ options:
       - dra_nodes
       - dra_split_objects
       - dra_split_scope
-      - fleet_facts
       - fleet_outputs_stale
       - guard_objects
       - guard_report
@@ -58,8 +57,7 @@ options:
       - resplit_fence
       - resplit_wait
       - rollout_batch
-      - split_cluster_checks
-      - split_cluster_objects
+      - split_cluster
       - split_cluster_stock_wait
       - unsplit_cluster
       - unsplit_namespaces
@@ -80,13 +78,13 @@ extends_documentation_fragment:
 
 EXAMPLES = r"""
 # from the role gpu_split_cluster
-- name: Render the node labels, the exclusions, the split DaemonSets and the GPU taint's changes
+- name: Find device plugins that gpusplit does not own and that could run on a split node; render what to apply
   gpusplit.k8s.role_step:
-    step: split_cluster_objects
+    step: split_cluster
     inputs:
       plan: "{{ gpusplit_fleet_plan }}"
       live: "{{ gpu_split_cluster_live.resources }}"
-  register: gpu_split_cluster_objects
+  register: gpu_split_cluster_step
 """
 
 RETURN = r"""
@@ -119,7 +117,6 @@ STEPS = (
     "dra_nodes",
     "dra_split_objects",
     "dra_split_scope",
-    "fleet_facts",
     "fleet_outputs_stale",
     "guard_objects",
     "guard_report",
@@ -135,8 +132,7 @@ STEPS = (
     "resplit_fence",
     "resplit_wait",
     "rollout_batch",
-    "split_cluster_checks",
-    "split_cluster_objects",
+    "split_cluster",
     "split_cluster_stock_wait",
     "unsplit_cluster",
     "unsplit_namespaces",

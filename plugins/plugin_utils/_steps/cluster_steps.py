@@ -64,6 +64,33 @@ def cluster_api_versions(inputs, context):
 
 
 @step
+def split_cluster(inputs, context):
+    """What the cluster side works out before it changes anything, in one task: the checks
+    (:func:`split_cluster_checks`), whether they refuse the run (:func:`split_cluster_refusals`), and, where
+    they do not, every object it applies (:func:`split_cluster_objects`). A refused run renders nothing, so
+    that its refusal is the one the role reports even where the rendering would refuse too.
+
+    inputs: plan, live (cluster_read's resources: daemonsets, labelled), operator_managed, prune_scope,
+    gpu_taint, plugin_settings, field_manager, stock_plugin_action, gpu_hosts (the hosts of the GPU groups).
+    """
+    checks = split_cluster_checks(inputs, context)
+    refusals = split_cluster_refusals(checks, inputs.get("stock_plugin_action"))
+    if any(refusals.values()):
+        return {**checks, **refusals}
+    taken = {key: checks[key] for key in ("inventory_nodes", "prune", "foreign")}
+    return {**checks, **refusals, **split_cluster_objects({**inputs, **taken}, context)}
+
+
+def split_cluster_refusals(checks, stock_plugin_action):
+    """``helm_refused``: a device plugin installed by Helm would run on a split node (never patched);
+    ``foreign_refused``: one gpusplit does not own would, and ``stock_plugin_action`` is refuse."""
+    split = bool(checks["split_nodes"])
+    return {
+        "helm_refused": split and bool(checks["helm"]),
+        "foreign_refused": split and bool(checks["foreign"]) and stock_plugin_action == "refuse",
+    }
+
+
 def split_cluster_checks(inputs, context):
     """Before any change: the device plugins gpusplit does not own that could run on a split node (those
     installed by Helm, with the values that exclude them), the split nodes, every inventory host's node, the
@@ -91,7 +118,6 @@ def split_cluster_checks(inputs, context):
     }
 
 
-@step
 def split_cluster_objects(inputs, context):
     """Every object the cluster side applies, and what of it this run's read shows applied already.
 
@@ -142,7 +168,7 @@ def split_cluster_stock_wait(inputs, context):
     """Waits until no pod of a device plugin gpusplit does not own is left on a split node; ``left``: those
     still there after ``wait_seconds``.
 
-    inputs: plan, pod_queries (split_cluster_checks), wait_seconds, kubeconfig, context.
+    inputs: plan, pod_queries (split_cluster), wait_seconds, kubeconfig, context.
     """
     plan = mapping_input(inputs, "plan")
     queries = [

@@ -1,6 +1,6 @@
 # Copyright: gpusplit contributors
 # Apache-2.0
-"""The steps of the roles that read or change hosts: gpu_discovery, gpu_verify, gpu_host, dra_driver,
+"""The steps of the roles that read or change hosts: gpu_discovery, gpu_host, dra_driver,
 control_plane_gates. Private to the collection.
 """
 
@@ -69,7 +69,7 @@ def host_play(inputs, context):
 
 
 # --------------------------------------------------------------------------------------------
-# gpu_discovery, gpu_verify
+# gpu_discovery
 
 
 @step
@@ -83,15 +83,6 @@ def discovery_reports(inputs, context):
     if known is not None and not isinstance(known, dict):
         raise GpusplitError(f"known: expected a mapping of host to its GPU report, got {type_name(known)}")
     return {"reports": inventory_vars.discovery_reports(context.hostvars, list_input(inputs, "hosts"), known)}
-
-
-@step
-def fleet_facts(inputs, context):
-    """``facts``: the GPU facts of each of ``hosts`` that has them (what fleet_verify compares).
-
-    inputs: hosts.
-    """
-    return {"facts": inventory_vars.fleet_facts(context.hostvars, list_input(inputs, "hosts"))}
 
 
 # --------------------------------------------------------------------------------------------

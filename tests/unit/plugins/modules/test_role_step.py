@@ -25,7 +25,7 @@ def test_the_documented_steps_are_the_steps():
 
 def test_the_module_refuses_to_run_on_a_host():
     out = io.StringIO()
-    with patch_module_args({"step": "split_cluster_checks"}), contextlib.redirect_stdout(out):
+    with patch_module_args({"step": "split_cluster"}), contextlib.redirect_stdout(out):
         with pytest.raises(SystemExit):
             role_step.main()
     result = json.loads(out.getvalue())
@@ -33,7 +33,7 @@ def test_the_module_refuses_to_run_on_a_host():
 
 
 def test_the_action_computes_on_the_controller_and_refuses_by_title(tmp_path):
-    step = {"step": "split_cluster_checks", "inputs": {"plan": fleet(), "live": {}}}
+    step = {"step": "split_cluster", "inputs": {"plan": fleet(), "live": {}}}
     tasks = [
         {"gpusplit.k8s.role_step": step, "ignore_errors": True},
         {

@@ -25,22 +25,22 @@ def test_every_step_runs_with_the_collector_paused():
 
 
 def test_a_refusal_is_titled_and_a_bug_is_named_without_python_text():
-    refused = run_step("split_cluster_checks", {"plan": fleet(), "prune_scope": "x"}, inventory())
+    refused = run_step("split_cluster", {"plan": fleet(), "prune_scope": "x"}, inventory())
     assert refused["failed"] and refused["msg"].startswith("gpusplit render refused:\n- gpusplit_prune_scope")
     assert refused["errors"] and refused["errors"][0].startswith("gpusplit_prune_scope")
-    bug = run_step("split_cluster_checks", {"plan": fleet(), "live": {"daemonsets": [7]}}, inventory())
+    bug = run_step("split_cluster", {"plan": fleet(), "live": {"daemonsets": [7]}}, inventory())
     assert bug["failed"] and "cannot read its inputs as given" in bug["msg"], bug
     assert "live: mapping" in bug["msg"] and "object has no attribute" not in bug["msg"]
-    assert run_step("split_cluster_checks", [], inventory())["msg"] == "inputs: expected a mapping, got list"
+    assert run_step("split_cluster", [], inventory())["msg"] == "inputs: expected a mapping, got list"
     assert "no step 'nope'" in run_step("nope", {}, inventory())["msg"]
-    not_mapping = run_step("split_cluster_checks", {"plan": []}, inventory())
+    not_mapping = run_step("split_cluster", {"plan": []}, inventory())
     assert not_mapping["failed"] and "plan: expected a mapping, got list" in not_mapping["msg"]
 
 
-def test_split_cluster_checks_name_every_inventory_node_and_scope_the_prune():
+def test_split_cluster_names_every_inventory_node_and_scopes_the_prune():
     plan = fleet()
     context = inventory("a-dp", "gone-host", "b-dra", "c-op", "d-none", "e-zero", **{"gone-host": "gpu-gone"})
-    out = run_step("split_cluster_checks", {"plan": plan, "live": {"daemonsets": []}}, context)
+    out = run_step("split_cluster", {"plan": plan, "live": {"daemonsets": []}}, context)
     assert out["inventory_nodes"] == ["a-dp", "gpu-gone", "b-dra", "c-op", "d-none", "e-zero"]
     assert out["prune"] == render.prune_scope(
         cluster_steps.SPLIT_PLUGIN_SELECTOR, plan, out["inventory_nodes"]
@@ -61,7 +61,7 @@ def test_split_cluster_objects_are_the_renderers_output():
         "gpu_taint": True,
         "gpu_hosts": ["a-dp", "b-dra"],
     }
-    out = run_step("split_cluster_objects", inputs, inventory("a-dp", "b-dra"))
+    out = cluster_steps.split_cluster_objects(inputs, inventory("a-dp", "b-dra"))
     assert out["node_patches"] == render.render_node_patches(plan, False, True)
     # nothing read with gpusplit's managedFields: every patch needs the apply
     assert len(out["node_patches_needed"]) == len(out["node_patches"])
@@ -79,10 +79,82 @@ def test_split_cluster_objects_exclude_each_foreign_plugin_keeping_its_terms():
 
     ds = plugin_ds("nvdp", "nvidia", selector={"app": "nvdp"})
     inputs = {"plan": fleet(), "foreign": [ds], "stock_plugin_action": "exclude", "plugin_settings": {}}
-    (patch,) = run_step("split_cluster_objects", inputs, inventory())["exclusions"]
+    (patch,) = cluster_steps.split_cluster_objects(inputs, inventory())["exclusions"]
     settings = {"stock_plugin_name": "nvdp", "stock_plugin_namespace": "nvidia"}
     assert patch == render.render_stock_plugin_exclusion(settings, ds)
     assert patch["metadata"]["name"] == "nvdp" and patch["metadata"]["namespace"] == "nvidia"
+
+
+def helm_ds(name):
+    from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_stock_plugin import plugin_ds
+
+    ds = plugin_ds(name, "nvidia", selector={"app": name})
+    ds["metadata"]["annotations"] = {
+        "meta.helm.sh/release-name": name,
+        "meta.helm.sh/release-namespace": "nvidia",
+    }
+    return ds
+
+
+def test_split_cluster_renders_what_the_checks_let_through():
+    from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_stock_plugin import plugin_ds
+
+    plan = fleet()
+    hosts = [p["host"] for p in plan["nodes"].values()]
+    inputs = {
+        "plan": plan,
+        "live": {"daemonsets": [plugin_ds("nvdp", "nvidia", selector={"app": "nvdp"})], "labelled": []},
+        "stock_plugin_action": "exclude",
+        "gpu_hosts": hosts,
+        "gpu_taint": True,
+    }
+    out = run_step("split_cluster", inputs, inventory(*hosts))
+    checks = cluster_steps.split_cluster_checks(inputs, inventory(*hosts))
+    taken = {key: checks[key] for key in ("inventory_nodes", "prune", "foreign")}
+    objects = cluster_steps.split_cluster_objects({**inputs, **taken}, inventory(*hosts))
+    assert [d["metadata"]["name"] for d in checks["foreign"]] == ["nvdp"]
+    assert out == {**checks, "helm_refused": False, "foreign_refused": False, **objects}
+    assert len(out["exclusions"]) == 1 and out["objects"] == render.render_fleet(plan, {})
+
+
+@pytest.mark.parametrize(
+    ("daemonset", "action", "refused"),
+    [
+        ("helm", "exclude", {"helm_refused": True, "foreign_refused": False}),
+        ("helm", "refuse", {"helm_refused": True, "foreign_refused": True}),
+        ("plain", "refuse", {"helm_refused": False, "foreign_refused": True}),
+    ],
+)
+def test_split_cluster_renders_nothing_where_a_check_refuses(daemonset, action, refused):
+    from ansible_collections.gpusplit.k8s.tests.unit.plugins.plugin_utils.test_stock_plugin import plugin_ds
+
+    ds = helm_ds("nvdp") if daemonset == "helm" else plugin_ds("nvdp", "nvidia", selector={"app": "nvdp"})
+    # settings the rendering refuses: the check's refusal is the one the role reports
+    inputs = {
+        "plan": fleet(),
+        "live": {"daemonsets": [ds]},
+        "stock_plugin_action": action,
+        "plugin_settings": {"image": "not an image"},
+    }
+    out = run_step("split_cluster", inputs, inventory())
+    assert not out.get("failed"), out
+    assert {key: out[key] for key in refused} == refused
+    assert "objects" not in out and "node_patches" not in out
+    # nothing refused: the rendering's own refusal comes back
+    failed = run_step("split_cluster", {**inputs, "live": {}}, inventory())
+    assert failed["failed"] and "settings.image 'not an image' is not an image reference" in failed["msg"]
+
+
+def test_split_cluster_refuses_nothing_without_a_split_node():
+    checks = {"split_nodes": [], "helm": [{"release": "nvdp"}], "foreign": [{"metadata": {}}]}
+    assert cluster_steps.split_cluster_refusals(checks, "refuse") == {
+        "helm_refused": False,
+        "foreign_refused": False,
+    }
+    assert cluster_steps.split_cluster_refusals({**checks, "split_nodes": ["a-dp"]}, "exclude") == {
+        "helm_refused": True,
+        "foreign_refused": False,
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,9 +280,8 @@ HOSTVARS = {
 @pytest.mark.parametrize(
     ("step", "inputs"),
     [
-        ("fleet_facts", lambda hosts: {"hosts": hosts}),
         ("discovery_reports", lambda hosts: {"hosts": hosts}),
-        ("split_cluster_checks", lambda hosts: {"plan": {"nodes": {}}}),
+        ("split_cluster", lambda hosts: {"plan": {"nodes": {}}}),
         ("operator_config", lambda hosts: {"plan": {"nodes": {h: {} for h in hosts}}}),
     ],
 )

@@ -790,7 +790,7 @@ def applied_by_gpusplit(patch):
 
 def test_the_labelled_nodes_read_tells_whether_the_labels_need_an_apply():
     """The labels task of gpu_split_cluster is skipped where its read shows every planned node labelled by gpusplit's
-    apply (role step split_cluster_objects on the query's projection with gpusplit's managedFields): it decides as the module does on
+    apply (role step split_cluster on the query's projection with gpusplit's managedFields): it decides as the module does on
     whole nodes, and a node that lost a label, carries one gpusplit no longer sends, or was never labelled needs it."""
     from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.compare import needing_apply
 

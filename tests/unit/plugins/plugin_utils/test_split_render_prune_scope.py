@@ -157,22 +157,16 @@ def test_an_unknown_scope_is_refused_naming_the_variable(scope):
 def test_the_steps_pass_the_scope_on():
     hostvars = {n: {} for n in PLANNED}
     context = StepContext(hostvars=hostvars, groups={"all": list(PLANNED)})
-    checks = run_step("split_cluster_checks", {"plan": fleet(), "live": {}, "prune_scope": "plan"}, context)
+    checks = run_step("split_cluster", {"plan": fleet(), "live": {}, "prune_scope": "plan"}, context)
     assert " in (" in checks["prune"]["selector"]
-    assert (
-        run_step("split_cluster_checks", {"plan": fleet(), "live": {}}, context)["prune"]["selector"] == BASE
-    )
+    assert run_step("split_cluster", {"plan": fleet(), "live": {}}, context)["prune"]["selector"] == BASE
     nodes = [{"metadata": {"name": "gone", "labels": {"gpusplit.io/split": "true"}}}]
     objects = run_step(
-        "split_cluster_objects",
-        {"plan": fleet(), "live": {"labelled": nodes}, "inventory_nodes": PLANNED, "prune_scope": "plan"},
-        context,
+        "split_cluster", {"plan": fleet(), "live": {"labelled": nodes}, "prune_scope": "plan"}, context
     )
     assert objects["departed"] == []
     assert render.gpu_taint_removals([], fleet(), True, PLANNED, "plan") == []
-    refused = run_step(
-        "split_cluster_checks", {"plan": fleet(), "live": {}, "prune_scope": "slices"}, context
-    )
+    refused = run_step("split_cluster", {"plan": fleet(), "live": {}, "prune_scope": "slices"}, context)
     assert refused["failed"] and "gpusplit_prune_scope" in refused["msg"]
 
 

@@ -235,7 +235,7 @@ def test_pods_on_split_nodes_count_terminating_ones_and_skip_gpusplits_and_other
 
 def test_the_steps_are_the_functions():
     ds = plugin_ds("nvdp", "nvidia", selector={"app": "nvdp"})
-    checks = run_step("split_cluster_checks", {"plan": fleet(), "live": {"daemonsets": [ds]}}, StepContext())
+    checks = run_step("split_cluster", {"plan": fleet(), "live": {"daemonsets": [ds]}}, StepContext())
     assert checks["pod_queries"] == stock_plugin.pod_queries([ds])
     assert checks["helm"] == []
     calls = []

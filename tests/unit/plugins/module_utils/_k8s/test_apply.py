@@ -60,7 +60,7 @@ def test_decide_leaves_an_object_alone_once_the_label_is_gone():
 
 
 def test_needing_apply_names_what_an_apply_would_create_or_change_from_a_read_alone():
-    """The controller's skip of an apply task (role step split_cluster_objects) decides as the module does, from a read that kept
+    """The controller's skip of an apply task (role step split_cluster) decides as the module does, from a read that kept
     the manager's managedFields; a node read without them, or not read at all, needs the apply."""
     same = node({"gpusplit.io/split": "true"})
     changed = {
