@@ -31,7 +31,7 @@ import dra_harness as harness
 import pytest
 import real_charts
 import yaml
-from ansible_output import recap
+from ansible_output import changed_tasks, recap
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import DEVICE_CLASS, DRIVER
 from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.report import (
@@ -777,3 +777,41 @@ def test_many_device_taint_rules_in_one_module_execution(ctx):
     finally:
         for name in names:
             harness.delete(RULES, "DeviceTaintRule", name)
+
+
+# --------------------------------------------------------------------------------------------
+# (6) the unsplit to Kubernetes of a node in mode dra
+
+
+def test_unsplit_to_kubernetes_leaves_no_device_taint_rule_of_gpusplits_on_the_node(ctx):
+    run_playbook(ctx, "dra.yml", "-e", "gpusplit_dra_driver_install=false")  # as site.yml left the nodes
+    before = {n: r["metadata"]["resourceVersion"] for n, r in our_rules().items()}
+    assert {n for n in before if DGX in n} == {f"gpusplit-host-{DGX}-gpu-0", f"gpusplit-host-{DGX}-gpu-1"}
+    unsplit = ("-e", "gpusplit_unsplit_to=kubernetes", "-e", f"gpusplit_hosts={DGX}")
+    try:
+        check = " ".join(run_playbook(ctx, "unsplit.yml", *unsplit, "--check").stdout.split())
+        # (the output doubles the apostrophe of "gpusplit's")
+        said = (
+            re.escape(f"{DGX} (mode dra): gpusplit")
+            + "'+"
+            + re.escape("s DeviceTaintRules of the node removed")
+        )
+        assert re.search(said, check), check[-4000:]
+        assert {n: r["metadata"]["resourceVersion"] for n, r in our_rules().items()} == before
+
+        run_playbook(ctx, "unsplit.yml", *unsplit)
+        after = {n: r["metadata"]["resourceVersion"] for n, r in our_rules().items()}
+        # none of gpusplit's rules is left on the node; the workstation, not in the run, keeps its rule untouched
+        assert not [n for n in after if DGX in n], after
+        assert after == {n: v for n, v in before.items() if DGX not in n}
+        left = list_objects(RULES, "DeviceTaintRule", label_selector="app.kubernetes.io/managed-by=gpusplit")
+        assert not [r for r in left if r["spec"]["deviceSelector"].get("pool") == DGX]
+
+        again = run_playbook(ctx, "unsplit.yml", *unsplit)
+        # a re-run changes nothing but the re-split's plan diff it writes on the controller
+        assert {t.split(" -> ")[0] for t in changed_tasks(again.stdout)} <= {
+            "gpusplit.k8s.gpu_resplit : Write the plan diff (on the controller)"
+        }, changed_tasks(again.stdout)
+        assert {n: r["metadata"]["resourceVersion"] for n, r in our_rules().items()} == after
+    finally:
+        run_playbook(ctx, "dra.yml", "-e", "gpusplit_dra_driver_install=false")  # the node split again
