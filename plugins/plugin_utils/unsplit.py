@@ -34,6 +34,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._split import verify
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import SHARE_DRA
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra import render as dra_render
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.chart import DEFAULT_DRIVER_SETTINGS
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.gpu_operator_checks import may_run_on
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import PLUGIN_SELECTOR
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.stock_plugin import helm_release
@@ -46,6 +47,8 @@ PLUGINS = ("stock", "none")
 OVERLAP_FIXED = (1, 37, 2)
 # what keeps another device plugin off a node whose GPUs are the host's (unsplit to host keeps these labels)
 FENCE_LABELS = (render.LABEL_SPLIT, render.LABEL_OPERATOR_DEVICE_PLUGIN)
+# the label gpusplit's DRA driver release runs its kubelet plugin by (mode dra: it stays on the node)
+DRIVER_LABEL = (DEFAULT_DRIVER_SETTINGS["node_label"], DEFAULT_DRIVER_SETTINGS["node_label_value"])
 # the DeviceTaintRule version the rules are rendered in (the cluster's may be another: cluster_api_versions)
 DRA_RULES_VERSION = "resource.k8s.io/v1"
 
@@ -298,8 +301,12 @@ def cluster_plan(
             entry["order"] = "dra"
             out["dra_nodes"].append(name)
             keep = {k: labels[k] for k in FENCE_LABELS if k in owned and k in labels} if to == "host" else {}
+            driver_key, driver_value = DRIVER_LABEL
+            if driver_key in owned and labels.get(driver_key) == driver_value:
+                keep[driver_key] = driver_value
             meta_patch = {"name": name, "labels": keep} if keep else {"name": name}
             out["node_patches"].append({"apiVersion": "v1", "kind": "Node", "metadata": meta_patch})
+            gone = [k for k in owned if k not in keep]
             out["lines"].append(
                 f"{name} (mode dra): "
                 + (
@@ -307,7 +314,12 @@ def cluster_plan(
                     if to == "kubernetes"
                     else f"every healthy device ({len(healthy)}) tainted by gpusplit's DeviceTaintRules"
                 )
-                + f"; gpusplit's labels ({', '.join(owned) or 'none'}) taken off"
+                + f"; gpusplit's labels ({', '.join(gone) or 'none'}) taken off"
+                + (
+                    f"; {driver_key}={driver_value} kept: the DRA driver's kubelet plugin runs only on nodes with it"
+                    if driver_key in keep
+                    else ""
+                )
                 + ("; GPU taint taken off" if tainted else "")
             )
         elif to == "host":

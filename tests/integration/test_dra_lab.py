@@ -806,6 +806,10 @@ def test_unsplit_to_kubernetes_leaves_no_device_taint_rule_of_gpusplits_on_the_n
         assert after == {n: v for n, v in before.items() if DGX not in n}
         left = list_objects(RULES, "DeviceTaintRule", label_selector="app.kubernetes.io/managed-by=gpusplit")
         assert not [r for r in left if r["spec"]["deviceSelector"].get("pool") == DGX]
+        # the node keeps the one label the DRA driver's kubelet plugin runs by; gpusplit's others go
+        [node] = [n for n in list_objects("v1", "Node") if n["metadata"]["name"] == DGX]
+        labels = node["metadata"]["labels"]
+        assert labels.get("gpusplit.io/mode") == "dra" and "gpusplit.io/split" not in labels, labels
 
         again = run_playbook(ctx, "unsplit.yml", *unsplit)
         # a re-run changes nothing but the re-split's plan diff it writes on the controller

@@ -89,9 +89,25 @@ def test_to_kubernetes_in_mode_dra_every_rule_site_wrote_for_the_node_goes_and_n
     # isolate_gpu.yml's rules (another app name) are not either
     isolated = dict(written[0]["metadata"]["labels"], **{"app.kubernetes.io/name": "gpusplit-isolate"})
     assert not selects(prune["label_selector"], isolated)
-    # every label of gpusplit's goes
-    assert out["node_patches"] == [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}]
+    # every label of gpusplit's goes but the one the DRA driver's kubelet plugin runs by
+    patch = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"gpusplit.io/mode": "dra"}},
+    }
+    assert out["node_patches"] == [patch]
     assert "DeviceTaintRules of the node removed" in out["lines"][0]
+    assert "gpusplit.io/mode=dra kept" in out["lines"][0] and "gpusplit.io/split" in out["lines"][0]
+
+
+def test_in_mode_dra_the_drivers_label_stays_only_where_gpusplit_set_it():
+    plan = one_node_plan("b-dra")
+    node = split_live(plan, "b-dra")
+    fields = node["metadata"]["managedFields"][0]["fieldsV1"]["f:metadata"]["f:labels"]
+    del fields["f:gpusplit.io/mode"]  # someone else's label: not gpusplit's to keep or take
+    out = unsplit.cluster_plan(plan, "kubernetes", [node], [])
+    assert out["node_patches"][0]["metadata"] == {"name": plan["nodes"]["b-dra"]["node"]}
+    assert "kept" not in out["lines"][0]
 
 
 def test_to_host_in_mode_dra_every_healthy_device_is_tainted_and_the_rules_site_wrote_are_kept_by_name():
@@ -110,7 +126,10 @@ def test_to_host_in_mode_dra_every_healthy_device_is_tainted_and_the_rules_site_
     assert {r["spec"]["taint"]["key"] for r in rules} == {"gpusplit.io/host-share"}
     assert written <= {r["metadata"]["name"] for r in rules}  # updated in place, not pruned and re-created
     assert all(selects(out["dra_prune"][0]["label_selector"], r["metadata"]["labels"]) for r in rules)
-    assert out["node_patches"][0]["metadata"]["labels"] == {"gpusplit.io/split": "true"}
+    assert out["node_patches"][0]["metadata"]["labels"] == {
+        "gpusplit.io/split": "true",
+        "gpusplit.io/mode": "dra",
+    }
 
 
 def test_the_rules_follow_the_version_the_cluster_serves_and_without_one_host_is_refused():
