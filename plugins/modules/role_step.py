@@ -32,6 +32,8 @@ options:
       - cp_detect
       - cp_gates_absent
       - cp_runtime_config
+      - cp_upgrade_unreadable_kinds
+      - cp_upgrade_unreadable_objects
       - cp_version
       - discovery_reports
       - dra_check_published
@@ -107,6 +109,8 @@ STEPS = (
     "cp_detect",
     "cp_gates_absent",
     "cp_runtime_config",
+    "cp_upgrade_unreadable_kinds",
+    "cp_upgrade_unreadable_objects",
     "cp_version",
     "discovery_reports",
     "dra_check_published",
