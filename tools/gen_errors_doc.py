@@ -456,7 +456,30 @@ def _code(text):
 def render():
     found = collect()
     in_yaml = yaml_refusals()
-    total = sum(len(m) for files in found.values() for m in files.values())
+    order = [*CAPABILITIES, OTHER]
+    body, listed = [], 0
+    for entry in order:
+        files = found.get(entry)
+        if not files:
+            continue
+        title, what, _ = entry
+        # one entry per message, whichever files say it; the files are private to the collection
+        texts = {text for messages in files.values() for _, text in messages if findable(text)}
+        listed += len(texts)
+        body += [f"## {title}", "", what, ""]
+        body += [f"- {_code(text)}" for text in sorted(texts, key=_message_key)]
+        body.append("")
+    # one line per message, naming its role or playbook and task: no heading per object
+    entries = {
+        (_yaml_object(rel), text, where)
+        for rel, messages in in_yaml.items()
+        for where, text in messages
+        if findable(text)
+    }
+    if entries:
+        body += [f"## {YAML_TITLE}", "", YAML_WHAT, ""]
+        for name, text, where in sorted(entries, key=lambda e: (e[0], _message_key(e[1]), e[2])):
+            body.append(f"- {_code(text)} ({name}, task: {where})")
     lines = [
         "# Refusals",
         "",
@@ -469,38 +492,29 @@ def render():
         "filter with `<title> refused:` and one line each, a role's argument spec names the variable first;",
         "a run stops with every reason at once, before anything is changed. A number is refused the same",
         "way everywhere, naming the field, what it takes and what was given, for example",
-        "`replicas: expected a whole number of at least 2, got 1.5`.",
+        "`replicas: expected a whole number of at least 2, got 1.5`. A message that only passes on",
+        "another's text (such as `<path>: <message>`) is not listed: search for the words of the inner one.",
         "",
-        f"{total} messages of the modules, filters and plugins, and "
-        f"{sum(len(m) for m in in_yaml.values())} of the roles and playbooks.",
+        f"{listed} messages of the modules, filters and plugins, and {len(entries)} of the roles and playbooks.",
         "",
     ]
-    order = [*CAPABILITIES, OTHER]
     # the index is one paragraph, so that the page's lines are its messages
-    titles = [entry[0] for entry in order if entry in found] + ([YAML_TITLE] if in_yaml else [])
+    titles = [entry[0] for entry in order if entry in found] + ([YAML_TITLE] if entries else [])
     lines += ["## Capabilities", "", " · ".join(f"[{title}](#{_anchor(title)})" for title in titles), ""]
-    for entry in order:
-        files = found.get(entry)
-        if not files:
-            continue
-        title, what, _ = entry
-        lines += [f"## {title}", "", what, ""]
-        # one entry per message, whichever files say it; the files are private to the collection
-        texts = {text for messages in files.values() for _, text in messages}
-        lines += [f"- {_code(text)}" for text in sorted(texts, key=_message_key)]
-        lines.append("")
-    if in_yaml:
-        lines += [f"## {YAML_TITLE}", "", YAML_WHAT, ""]
-        by_object = {}
-        for rel, messages in in_yaml.items():
-            by_object.setdefault(_yaml_object(rel), []).extend(messages)
-        for name, messages in sorted(by_object.items()):
-            lines.append(f"### {name}")
-            entries = {(text, where) for where, text in messages}
-            for text, where in sorted(entries, key=lambda entry: (_message_key(entry[0]), entry[1])):
-                lines.append(f"- {_code(text)} (task: {where})")
-            lines.append("")
-    return "\n".join(lines).rstrip("\n") + "\n"
+    return "\n".join(lines + body).rstrip("\n") + "\n"
+
+
+PLACEHOLDER = re.compile(r"<[^<>]*>|\{%.*?%\}")
+
+
+def findable(text):
+    """Whether a message has words of its own to search for (not only values it passes on)."""
+    rest = text
+    while True:
+        stripped = PLACEHOLDER.sub("", rest)
+        if stripped == rest:
+            return re.search(r"[A-Za-z]{3,}", rest) is not None
+        rest = stripped
 
 
 def _message_key(text):
@@ -509,13 +523,13 @@ def _message_key(text):
 
 
 def _yaml_object(rel):
-    """`Role gpusplit.k8s.<role>` or `Playbook gpusplit.k8s.<playbook>` for a file of roles/ or playbooks/."""
+    """`role gpusplit.k8s.<role>` or `playbook gpusplit.k8s.<playbook>` for a file of roles/ or playbooks/."""
     parts = rel.split("/")
     if parts[0] == "roles":
-        return f"Role `gpusplit.k8s.{parts[1]}`"
+        return f"role `gpusplit.k8s.{parts[1]}`"
     if parts[0] == "playbooks" and len(parts) == 2:
-        return f"Playbook `gpusplit.k8s.{Path(parts[1]).stem}`"
-    return "Playbooks' shared tasks"
+        return f"playbook `gpusplit.k8s.{Path(parts[1]).stem}`"
+    return "playbooks' shared tasks"
 
 
 def _anchor(title):

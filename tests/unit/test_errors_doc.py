@@ -38,7 +38,16 @@ def test_the_page_names_no_private_file():
     text = GEN.render()
     for private in ("plugins/", "module_utils", "plugin_utils"):
         assert private not in text, private
-    assert "### Role `gpusplit.k8s.gpu_plan`" in text
+    assert "(role `gpusplit.k8s.gpu_plan`, task: " in text
+
+
+def test_a_message_with_no_words_of_its_own_is_left_out():
+    assert not GEN.findable("<path>: <message>")
+    assert not GEN.findable("{% for r in results %}<r.msg>{% endfor %}")
+    assert GEN.findable("<host>: split.count <n> is more than the usable GPUs")
+    text = GEN.render()
+    assert "- `<path>: <message>`" not in text
+    assert "- `nvidia-smi --query-gpu printed nothing`\n" in text
 
 
 def test_messages_are_in_alphabetical_order_within_a_capability():
