@@ -81,11 +81,12 @@ def as_bool(value, name, errors):
     return False
 
 
-def check_settings(to=None, host_files="restore", plugin="stock", cluster=False, force=False):
+def check_settings(to=None, host_files="restore", plugin="stock", cluster=False, force=False, releases=False):
     """Refuse (UnsplitError, every problem at once) settings that say no clear target; before any change."""
     errors = []
     cluster = as_bool(cluster, "gpusplit_unsplit_cluster", errors)
     force = as_bool(force, "gpusplit_unsplit_force", errors)
+    releases = as_bool(releases, "gpusplit_unsplit_releases", errors)
     if to in (None, ""):
         errors.append(
             "gpusplit_unsplit_to is required: where the GPUs of the nodes in the play go, "
@@ -110,7 +111,14 @@ def check_settings(to=None, host_files="restore", plugin="stock", cluster=False,
         )
     if errors:
         raise UnsplitError(errors)
-    return {"to": to, "host_files": host_files, "plugin": plugin, "cluster": cluster, "force": force}
+    return {
+        "to": to,
+        "host_files": host_files,
+        "plugin": plugin,
+        "cluster": cluster,
+        "force": force,
+        "releases": releases,
+    }
 
 
 def check_helm_wait(value):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     APP_NAME,
     LABEL_MANAGED_BY,
+    LABEL_MODE,
     LABEL_NAME,
     LABEL_NODE,
     MANAGED_BY,
@@ -44,6 +45,8 @@ NAMESPACE_DEFAULTS = {("ConfigMap", "kube-root-ca.crt"), ("ServiceAccount", "def
 # the field manager that holds the ClusterPolicy values the unsplit puts back, so that gpusplit's own manager can let
 # go of every field it set (server-side apply removes a field only its leaving manager owned)
 RESTORE_MANAGER = "before-gpusplit"
+# the kubelet plugin selector in the values gpusplit gives the DRA driver's release (plugin_utils/_dra/chart.py)
+DRA_SELECTOR = {LABEL_MODE: "dra"}
 # namespaces gpusplit never deletes, whatever their labels say
 KEEP_NAMESPACES = {"default", "kube-system", "kube-public", "kube-node-lease"}
 
@@ -290,3 +293,62 @@ def _clusterpolicy(name, **fields):
 
 def _shown(value):
     return "no value" if value is None else repr(value)
+
+
+def _dig_dict(value, *keys):
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _release_values(info):
+    status = (info or {}).get("status") or {}
+    values = status.get("release_values")
+    return values if values is not None else status.get("values")
+
+
+def releases_plan(releases, uninstall=False):
+    """Which Helm releases ``gpusplit_unsplit_cluster: true`` uninstalls (``uninstall``: gpusplit_unsplit_releases,
+    checked by unsplit.check_settings), and what is said of each.
+
+    ``releases``: kubernetes.core.helm_info's results, each with the ``item`` it read (``{"chart": "dra" |
+    "operator", "namespace", "name"}``). A DRA driver release is gpusplit's when its values select the kubelet plugin by
+    ``gpusplit.io/mode=dra`` (the values gpusplit installs it with); a GPU Operator release carries no such mark and
+    is never proven gpusplit's. A release not proven gpusplit's is listed and left; one not installed is not said.
+
+    Returns ``{"uninstall": [{"namespace", "name"}], "lines"}``.
+    """
+    out, lines = [], []
+    for rel in releases or []:
+        info = rel or {}
+        item = info.get("item") or {}
+        ns, name = item.get("namespace"), item.get("name")
+        if info.get("skipped"):
+            continue
+        where = f"whole cluster: helm release {ns}/{name}"
+        if not info.get("status"):
+            if info.get("failed") or info.get("msg"):
+                lines.append(f"{where}: could not be read ({info.get('msg') or 'no reason given'}), left")
+            continue
+        if item.get("chart") != "dra":
+            lines.append(
+                f"{where} (GPU Operator): not proven gpusplit's (its values carry no mark of gpusplit's install), "
+                f"left: helm uninstall -n {ns} {name} if it is no longer wanted"
+            )
+            continue
+        selector = _dig_dict(_release_values(info), "kubeletPlugin", "nodeSelector")
+        if not isinstance(selector, dict) or any(selector.get(k) != v for k, v in DRA_SELECTOR.items()):
+            lines.append(
+                f"{where} (DRA driver): not proven gpusplit's (its values do not select the kubelet plugin by "
+                f"{LABEL_MODE}=dra), left"
+            )
+            continue
+        if uninstall:
+            out.append({"namespace": ns, "name": name})
+            lines.append(f"{where} (DRA driver, gpusplit's): uninstalled once the nodes are verified")
+        else:
+            lines.append(
+                f"{where} (DRA driver, gpusplit's): left: helm uninstall -n {ns} {name}, "
+                "or run again with gpusplit_unsplit_releases=true"
+            )
+    return {"uninstall": out, "lines": lines}

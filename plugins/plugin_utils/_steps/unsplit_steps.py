@@ -27,7 +27,7 @@ verify = lazy("module_utils._split.verify")
 def unsplit_settings(inputs, context):
     """``settings``: the unsplit's settings, checked (a missing or unknown target refused before any change).
 
-    inputs: to, host_files, plugin, cluster, force.
+    inputs: to, host_files, plugin, cluster, force, releases.
     """
     return {
         "settings": unsplit.check_settings(
@@ -36,6 +36,7 @@ def unsplit_settings(inputs, context):
             inputs.get("plugin", "stock"),
             inputs.get("cluster", False),
             inputs.get("force", False),
+            inputs.get("releases", False),
         )
     }
 
@@ -113,7 +114,8 @@ def unsplit_cluster(inputs, context):
     ``cluster.refusals`` and its lines among ``cluster.lines``.
 
     inputs: plan (as it was), to, plugin, nodes, daemonsets, field_manager, helm_wait (seconds), forced (unsplit_plan's),
-    cluster_wide, policies, bindings, namespaces, clusterpolicies; api_versions (cluster_api_versions' result with the use
+    cluster_wide, policies, bindings, namespaces, clusterpolicies, releases (unsplit_cluster.releases_plan's),
+    uninstall_releases; api_versions (cluster_api_versions' result with the use
     device_taint_rule, where the plan has nodes in mode dra).
     """
     plan = mapping_input(inputs, "plan")
@@ -139,7 +141,12 @@ def unsplit_cluster(inputs, context):
         **dra,
     )
     wide = None
-    if unsplit.check_settings(inputs.get("to"), cluster=inputs.get("cluster_wide", False))["cluster"]:
+    settings = unsplit.check_settings(
+        inputs.get("to"),
+        cluster=inputs.get("cluster_wide", False),
+        releases=inputs.get("uninstall_releases", False),
+    )
+    if settings["cluster"]:
         wide = unsplit_wide.cluster_wide_plan(
             plan,
             nodes,
@@ -153,8 +160,9 @@ def unsplit_cluster(inputs, context):
         wide["clusterpolicy"] = unsplit_wide.clusterpolicy_plan(
             list_input(inputs, "clusterpolicies"), manager
         )
+        wide["releases"] = unsplit_wide.releases_plan(list_input(inputs, "releases"), settings["releases"])
         out["refusals"].extend(wide["refusals"])
-        out["lines"].extend(wide["lines"] + wide["clusterpolicy"]["lines"])
+        out["lines"].extend(wide["lines"] + wide["clusterpolicy"]["lines"] + wide["releases"]["lines"])
     out["wide"] = wide
     return {"cluster": out}
 

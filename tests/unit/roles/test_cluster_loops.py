@@ -38,6 +38,12 @@ ALLOWED = {
         "roles/gpu_unsplit/tasks/cluster_wide.yml",
         "Put back the ClusterPolicy fields gpusplit set (the values they had before it)",
     ): "the ClusterPolicies gpusplit set fields of: the operator reconciles one, once for the play",
+    ("roles/gpu_unsplit/tasks/cluster.yml", "Read the Helm releases gpusplit installs (whole cluster)"): (
+        "the two releases gpusplit installs (DRA driver, GPU Operator), once for the play"
+    ),
+    ("roles/gpu_unsplit/tasks/cluster_wide.yml", "Uninstall gpusplit's Helm releases"): (
+        "the releases proven gpusplit's, at most the DRA driver's, once for the play"
+    ),
 }
 
 

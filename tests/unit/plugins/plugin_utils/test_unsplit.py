@@ -109,6 +109,7 @@ def test_the_settings_step_refuses_with_its_title():
             "plugin": "stock",
             "cluster": False,
             "force": False,
+            "releases": False,
         }
     }
 
