@@ -48,6 +48,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates 
     supported_minor,
     unknown_reason,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import a_type_name
 
 
 def _effective(minor: str, requested: dict[str, bool]) -> dict[str, bool]:
@@ -434,7 +435,7 @@ def unreadable_kinds(served_apis: dict, target_version) -> list[dict]:
     registered = REGISTERED_API_VERSIONS[minor]
     if not isinstance(served_apis, dict):
         raise CatalogError(
-            f"served APIs: expected a map of group/version to kinds, got {type(served_apis).__name__}"
+            f"served APIs: expected a map of group/version to kinds, got {a_type_name(served_apis)}"
         )
     out = []
     for group_version in sorted(served_apis):
@@ -477,7 +478,7 @@ def unreadable_objects(kinds: list, found: dict, target_version, *, delete: bool
         key = f"{item['api_version']} {item['kind']}"
         for obj in (found or {}).get(key) or []:
             if not isinstance(obj, dict):
-                raise CatalogError(f"{key}: expected objects as mappings, got {type(obj).__name__}")
+                raise CatalogError(f"{key}: expected objects as mappings, got {a_type_name(obj)}")
             refs.append(_object_ref(obj, item["api_version"], item["kind"]))
     refs.sort(key=lambda r: (r["api_version"], r["kind"], r.get("namespace") or "", r["name"] or ""))
     if refs and not delete:
