@@ -5,8 +5,8 @@
   exclusion back with ``--force-conflicts`` (measured on the lab, docs/split.md). ``helm_managed``
   names the release of each such DaemonSet and the values that keep it off split nodes.
 - The take-over order: the split plugin starts on a node only once no other device plugin's pod is
-  left there (older kubelets lose the node's capacity when two plugins of one resource name
-  overlap, kubernetes/kubernetes#121994). ``pod_queries`` says how to list the pods of every
+  left there (NVIDIA's plugin serves a resource on one fixed socket, so two of them on a node take
+  each other's socket away; older kubelets also lose the node's capacity, kubernetes/kubernetes#121994). ``pod_queries`` says how to list the pods of every
   unmanaged plugin DaemonSet, ``pods_on_split_nodes`` which of them still hold a split node.
 """
 

@@ -42,9 +42,6 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.stock_plugin import h
 TARGETS = ("kubernetes", "host")
 HOST_FILES = ("restore", "keep", "remove")
 PLUGINS = ("stock", "none")
-# the kubelet release with the fix of kubernetes#121994: a second plugin of one resource registering does not
-# take the first one's devices away, so the stock plugin may register before gpusplit's goes
-OVERLAP_FIXED = (1, 37, 2)
 # what keeps another device plugin off a node whose GPUs are the host's (unsplit to host keeps these labels)
 FENCE_LABELS = (render.LABEL_SPLIT, render.LABEL_OPERATOR_DEVICE_PLUGIN)
 # the label gpusplit's DRA driver release runs its kubelet plugin by (mode dra: it stays on the node)
@@ -202,16 +199,13 @@ def owned_label_keys(node, field_manager="gpusplit"):
 
 
 def handover_order(node):
-    """``stock_first`` where the node's kubelet has the fix of kubernetes#121994 (two plugins of one resource
-    may overlap), else ``split_first``; with the kubelet's version."""
+    """``split_first`` on every kubelet, with the kubelet's version: NVIDIA's device plugin serves a resource on one
+    fixed socket (``nvidia-gpu.sock`` for nvidia.com/gpu) and removes whatever file is there when it starts, so the
+    stock plugin and gpusplit's split plugin cannot both be registered on a node; the fix of kubernetes#121994
+    (kubelet 1.37.2) does not change that. The gap until the stock plugin registers is measured and reported."""
     text = (((node or {}).get("status") or {}).get("nodeInfo") or {}).get("kubeletVersion")
     version = parse_version(text) if isinstance(text, str) else None
-    if version is None:
-        return {"order": "split_first", "kubelet": text or "unknown"}
-    return {
-        "order": "stock_first" if version >= OVERLAP_FIXED else "split_first",
-        "kubelet": format_version(version),
-    }
+    return {"order": "split_first", "kubelet": format_version(version) if version else (text or "unknown")}
 
 
 def _pod_spec(ds):

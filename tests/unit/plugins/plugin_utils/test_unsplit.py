@@ -204,18 +204,12 @@ def test_the_resplit_checks_on_the_unsplit_plan_find_the_pods_and_the_host_proce
 # the cluster side
 
 
-@pytest.mark.parametrize(
-    ("kubelet", "order"),
-    [
-        ("v1.37.2", "stock_first"),
-        ("v1.38.0-lab", "stock_first"),
-        ("v1.37.1", "split_first"),
-        ("v1.34.2-eks-1", "split_first"),
-        (None, "split_first"),
-    ],
-)
-def test_the_hand_over_order_follows_the_kubelet(kubelet, order):
-    assert unsplit.handover_order({"status": {"nodeInfo": {"kubeletVersion": kubelet}}})["order"] == order
+@pytest.mark.parametrize("kubelet", ["v1.37.2", "v1.38.0-lab", "v1.37.1", "v1.34.2-eks-1", None])
+def test_the_split_plugin_goes_first_on_every_kubelet(kubelet):
+    # two plugins of one resource share one socket on the node, whatever the kubelet's release
+    order = unsplit.handover_order({"status": {"nodeInfo": {"kubeletVersion": kubelet}}})
+    assert order["order"] == "split_first"
+    assert order["kubelet"] == (kubelet.split("-")[0].lstrip("v") if kubelet else "unknown")
 
 
 def test_only_the_labels_gpusplits_field_manager_owns_are_gpusplits():
@@ -230,14 +224,14 @@ def test_to_kubernetes_with_a_stock_plugin_removes_labels_taint_and_the_split_pl
     out = unsplit.cluster_plan(plan, "kubernetes", [live(name, tainted=True)], [STOCK_EXCLUDED])
     assert out["refusals"] == []
     [entry] = out["nodes"]
-    assert entry["stock"] == ["kube-system/nvidia-device-plugin"] and entry["order"] == "stock_first"
+    assert entry["stock"] == ["kube-system/nvidia-device-plugin"] and entry["order"] == "split_first"
     assert entry["expected"] == 4
     assert out["node_patches"] == [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}]
     assert out["taint_nodes"] == [
         {"name": name, "absent": [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]}
     ]
     assert out["prune"][0]["label_selector"].endswith(f"gpusplit.io/node in ({name})")
-    assert out["stock_first"] == [name]
+    assert out["stock_first"] == []
 
 
 def test_to_kubernetes_without_a_device_plugin_is_refused_unless_none():
