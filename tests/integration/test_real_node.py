@@ -6,8 +6,9 @@ NVIDIA container runtime and the toolkit's hook; gpusplit's hardening of the too
 keeps host GPUs from a pod that names them in its env; a pod keeps its GPU when the plugin stops
 advertising it (k8s-device-plugin#313) until evicted; site.yml splits the node with gpusplit's own
 split DaemonSet, the real kubelet advertising exactly the Kubernetes share; resplit.yml evicts the pod
-in the way (evict) or leaves it its GPU across the plugin's restart (wait); and `lab down` leaves no
-process, mount, cgroup or bridge of it behind.
+in the way (evict) or leaves it its GPU across the plugin's restart (wait); unsplit.yml hands the node
+back to a stock plugin, the split plugin gone before the stock plugin starts; and `lab down` leaves no process, mount, cgroup or
+bridge of it behind.
 
 Where the kubelet cannot run here (a capability, cgroups, a binary missing) these tests fail with
 what is missing, as `lab up` recorded it; they are never skipped.
@@ -18,8 +19,11 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import re
 import shutil
 import subprocess
+import threading
+import time
 import uuid
 from pathlib import Path
 
@@ -694,6 +698,171 @@ def test_a_resplit_of_the_real_node_evicts_the_pod_in_the_way_or_leaves_it_its_g
     assert devices_of(ns, "keeper") == [first_gpu]
     assert kubectl.json("-n", ns, "get", "pod", "keeper")["status"]["phase"] == "Running"
     assert host_share() == [second_gpu]  # the host side as the evict run left it
+
+
+# the cluster's own device plugin on the real node: the lab's plugin image as NVIDIA's chart runs it on a
+# hardened toolkit (every GPU, volume-mounts, CAP_SYS_ADMIN), kept off split nodes by the affinity
+# gpusplit's exclusion (gpusplit_stock_plugin_action=exclude) adds
+STOCK_NAME = "stock-device-plugin"
+
+
+def stock_daemonset() -> dict:
+    pod = plugin_pod("volume-mounts", ["all"])["spec"]
+    pod["tolerations"] = [{"operator": "Exists"}]
+    pod["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "gpusplit.io/split", "operator": "NotIn", "values": ["true"]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "DaemonSet",
+        "metadata": {"name": STOCK_NAME, "namespace": "kube-system"},
+        "spec": {
+            "selector": {"matchLabels": {"app": STOCK_NAME}},
+            "template": {"metadata": {"labels": {"app": STOCK_NAME}}, "spec": pod},
+        },
+    }
+
+
+def stock_pods(kubectl) -> list[dict]:
+    """The stock plugin's running pods on the real node."""
+    return [
+        p
+        for p in kubectl.json("-n", "kube-system", "get", "pods", "-l", f"app={STOCK_NAME}")["items"]
+        if p["spec"].get("nodeName") == node.NAME
+        and p["status"].get("phase") == "Running"
+        and not p["metadata"].get("deletionTimestamp")
+    ]
+
+
+def remove_stock_plugin(kubectl) -> None:
+    kubectl("-n", "kube-system", "delete", "daemonset", STOCK_NAME, "--wait=true", check=False)
+    kubectl.wait_for(
+        lambda: not kubectl.json("-n", "kube-system", "get", "pods", "-l", f"app={STOCK_NAME}")["items"],
+        timeout=90,
+        what="the stock plugin's pods to leave the real node",
+    )
+
+
+@pytest.fixture
+def stock_plugin(split_real_node, kubectl):
+    """No stock plugin before the test; none after it, nor gpusplit's GPU taint, even when it fails."""
+    remove_stock_plugin(kubectl)
+    yield
+    remove_stock_plugin(kubectl)
+    kubectl("taint", "node", node.NAME, "nvidia.com/gpu:NoSchedule-", check=False)
+
+
+def unsplit_on_the_real_node(*extra: str):
+    return ansible_playbook(
+        "unsplit.yml",
+        INVENTORY,
+        "-i",
+        str(node.INVENTORY),
+        "-e",
+        "gpusplit_unsplit_to=kubernetes",
+        "-e",
+        f"gpusplit_hosts={node.NAME}",
+        "-e",
+        json.dumps({"gpusplit_plugin_settings": PLUGIN_SETTINGS}),
+        *extra,
+    )
+
+
+def changed_tasks(proc) -> set[str]:
+    """The names of the tasks of a run that reported a change."""
+    out, task = set(), None
+    for line in proc.stdout.splitlines():
+        if line.startswith("TASK ["):
+            task = line[len("TASK [") :].split("]", 1)[0]
+        elif line.startswith("changed:"):
+            out.add(task)
+    return out
+
+
+def test_unsplit_hand_over_on_the_real_kubelet(real_node, kubectl, core_api, stock_plugin):
+    """unsplit.yml to kubernetes on the real kubelet: the split plugin goes before the stock plugin starts
+    (both serve nvidia.com/gpu on one socket, so the kubelet never has both); the node's allocatable, read
+    every 0.2 s during the run, ends at every GPU and the stock plugin registered with the kubelet; the
+    split DaemonSet, gpusplit's labels and taint are gone; the toolkit's config.toml is byte for byte what
+    it was before site.yml; a second run changes nothing."""
+    gpus = json.loads(FIXTURE.read_text())["gpus"]
+    share = len(gpus) - 1  # host_count 1
+    before = node.NVIDIA_CONFIG.read_bytes()
+    proc = site_on_the_real_node()
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+    kubectl("apply", "-f", "-", stdin=json.dumps(stock_daemonset()))
+
+    def allocatable() -> int:
+        return int(core_api.read_node(node.NAME).status.allocatable.get("nvidia.com/gpu", "0"))
+
+    kubectl.wait_for(lambda: allocatable() == share, timeout=90, what="the Kubernetes share advertised")
+    assert not stock_pods(kubectl)  # kept off the split node
+    assert node.NVIDIA_CONFIG.read_bytes() != before  # hardened by site.yml
+
+    seen: list[tuple[float, int]] = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            seen.append((time.monotonic(), allocatable()))
+            stop.wait(0.2)
+
+    watcher = threading.Thread(target=watch)
+    start = time.monotonic()
+    watcher.start()
+    try:
+        proc = unsplit_on_the_real_node()
+        ran = time.monotonic() - start
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+        kubectl.wait_for(lambda: allocatable() == len(gpus), timeout=60, what="every GPU advertised")
+        time.sleep(1)  # a last read or two after the run
+    finally:
+        stop.set()
+        watcher.join()
+    lowest = min(n for _, n in seen)
+    settled = next(t for t, n in seen if n == len(gpus) and all(m == n for u, m in seen if u >= t)) - start
+    print(f"unsplit on {node.NAME}: run {ran:.1f}s, {len(seen)} reads of allocatable, lowest {lowest}")
+    print(f"allocatable settled at {len(gpus)} after {settled:.1f}s; reads: {[n for _, n in seen]}")
+    assert allocatable() == len(gpus)
+    text = " ".join(proc.stdout.split())
+    assert "the split plugin goes first, the gap until the stock plugin registers is measured" in text, text[
+        -6000:
+    ]
+    assert re.search(rf"gap on {node.NAME} .*about [0-9.]+s until the stock plugin advertised the GPUs", text)
+
+    # the stock plugin runs on the node, given every GPU by the runtime, and registered them
+    (pod,) = stock_pods(kubectl)
+    log = kubectl("-n", "kube-system", "logs", pod["metadata"]["name"]).stdout
+    uuids = sorted(g["uuid"] for g in gpus)
+    exposed = re.search(r"the runtime exposed (\d+) GPU\(s\) to this container: \[([^]]*)\]", log)
+    assert exposed and sorted(exposed.group(2).split()) == uuids, log
+    assert "registered nvidia.com/gpu with the kubelet" in log, log
+    # the split DaemonSet, gpusplit's labels, annotations and taint are gone; the node's own taint stays
+    assert kubectl.json("get", "daemonsets,configmaps", "-A", "-l", SPLIT_NODE_LABEL)["items"] == []
+    got = kubectl.json("get", "node", node.NAME)
+    assert gpusplits(got["metadata"].get("labels", {})) == [], got["metadata"]["labels"]
+    assert got["spec"].get("taints") == [{"key": node.TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+    # the host's files: config.toml byte for byte as before site.yml, gpusplit's env file gone
+    assert node.NVIDIA_CONFIG.read_bytes() == before
+    assert not (node.ROOTDIR / "etc" / "gpusplit" / "host-gpus.env").exists()
+
+    # a second run changes nothing in the cluster or on the host (it writes the re-split's diff again)
+    again = unsplit_on_the_real_node()
+    assert again.returncode == 0, again.stdout[-6000:] + again.stderr[-3000:]
+    assert changed_tasks(again) <= {"gpusplit.k8s.gpu_resplit : Write the plan diff (on the controller)"}, (
+        again.stdout[-6000:]
+    )
+    assert allocatable() == len(gpus) and len(stock_pods(kubectl)) == 1
 
 
 def test_a_second_build_of_the_node_is_cached_and_leaves_its_binaries_alone():
