@@ -789,6 +789,18 @@ def changed_tasks(proc) -> set[str]:
     return out
 
 
+def gpu_pods_on_the_node(kubectl) -> list[str]:
+    """The pods on the real node (any namespace, terminating ones too) that ask for nvidia.com/gpu."""
+    return [
+        f"{p['metadata']['namespace']}/{p['metadata']['name']}"
+        for p in kubectl.json("get", "pods", "-A", "--field-selector", f"spec.nodeName={node.NAME}")["items"]
+        if any(
+            "nvidia.com/gpu" in ((c.get("resources") or {}).get("limits") or {})
+            for c in p["spec"].get("containers") or []
+        )
+    ]
+
+
 def test_unsplit_hand_over_on_the_real_kubelet(real_node, kubectl, core_api, stock_plugin):
     """unsplit.yml to kubernetes on the real kubelet: the split plugin goes before the stock plugin starts
     (both serve nvidia.com/gpu on one socket, so the kubelet never has both); the node's allocatable, read
@@ -798,6 +810,9 @@ def test_unsplit_hand_over_on_the_real_kubelet(real_node, kubectl, core_api, sto
     gpus = json.loads(FIXTURE.read_text())["gpus"]
     share = len(gpus) - 1  # host_count 1
     before = node.NVIDIA_CONFIG.read_bytes()
+    # an earlier test's GPU pod may still be terminating (its namespace goes without waiting): site.yml would
+    # rightly refuse to move a GPU it holds
+    kubectl.wait_for(lambda: not gpu_pods_on_the_node(kubectl), timeout=180, what="no GPU pod on the node")
     proc = site_on_the_real_node()
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
     kubectl("apply", "-f", "-", stdin=json.dumps(stock_daemonset()))
