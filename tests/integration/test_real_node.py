@@ -28,7 +28,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from ansible_output import ansible_module, ansible_playbook
+from ansible_output import ansible_module, ansible_playbook, changed_tasks
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._host import toolkit_config as tc
 from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import pod_resources as pr
@@ -778,17 +778,6 @@ def unsplit_on_the_real_node(*extra: str):
     )
 
 
-def changed_tasks(proc) -> set[str]:
-    """The names of the tasks of a run that reported a change."""
-    out, task = set(), None
-    for line in proc.stdout.splitlines():
-        if line.startswith("TASK ["):
-            task = line[len("TASK [") :].split("]", 1)[0]
-        elif line.startswith("changed:"):
-            out.add(task)
-    return out
-
-
 def gpu_pods_on_the_node(kubectl) -> list[str]:
     """The pods on the real node (any namespace, terminating ones too) that ask for nvidia.com/gpu."""
     return [
@@ -874,9 +863,9 @@ def test_unsplit_hand_over_on_the_real_kubelet(real_node, kubectl, core_api, sto
     # a second run changes nothing in the cluster or on the host (it writes the re-split's diff again)
     again = unsplit_on_the_real_node()
     assert again.returncode == 0, again.stdout[-6000:] + again.stderr[-3000:]
-    assert changed_tasks(again) <= {"gpusplit.k8s.gpu_resplit : Write the plan diff (on the controller)"}, (
-        again.stdout[-6000:]
-    )
+    assert {t.split(" -> ")[0] for t in changed_tasks(again.stdout)} <= {
+        "gpusplit.k8s.gpu_resplit : Write the plan diff (on the controller)"
+    }, again.stdout[-6000:]
     assert allocatable() == len(gpus) and len(stock_pods(kubectl)) == 1
 
 
