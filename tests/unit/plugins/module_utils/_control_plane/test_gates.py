@@ -254,11 +254,11 @@ def test_generator_refuses_what_it_cannot_read(tmp_path):
 
 
 def test_docs_embed_the_current_catalog_table():
-    doc = (Path(__file__).resolve().parents[5] / "docs" / "feature-gates.md").read_text()
+    doc = (Path(__file__).resolve().parents[5] / "docs" / "dev" / "gate-catalog.md").read_text()
     begin = doc.index("<!-- catalog:begin")
     start = doc.index("\n", begin) + 1
     end = doc.index("<!-- catalog:end -->")
-    assert doc[start:end] == markdown_table(), "re-render the table in docs/feature-gates.md"
+    assert doc[start:end] == markdown_table(), "re-render the table in docs/dev/gate-catalog.md"
     counts = [str(len(KNOWN_GATES[m])) for m in SUPPORTED_MINORS]
     assert f"({', '.join(SUPPORTED_MINORS)}: {', '.join(counts[:-1])} and {counts[-1]} gates)" in doc
     removed_137 = set(KNOWN_GATES["1.36"]) - set(KNOWN_GATES["1.37"])
