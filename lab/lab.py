@@ -2,7 +2,7 @@
 
     python -m lab.lab up        start (or find running) and wait until every component is healthy
     python -m lab.lab down      stop exactly the lab's processes
-    python -m lab.lab status    health of each component, as JSON
+    python -m lab.lab status    health of each component and of the real node lab-node-01, as JSON
     python -m lab.lab reset     stop, and remove the cluster (etcd data, manifests) to start afresh
 
 The Kubernetes release is GPUSPLIT_KUBE_VERSION's (`make lab-up K8S=1.36.3`), else lab/versions.env
@@ -475,18 +475,58 @@ def down() -> int:
     return 0
 
 
+def real_node_report(state: dict, expected: bool) -> dict:
+    """What `lab status` says of the real node, from lab.node.status()'s ``state``: containerd and the
+    kubelet running, the node Ready, the kubelet's release. ``expected``: `lab up` started it (it is
+    then part of the lab's health); a node left out is reported, healthy or not, without counting."""
+    running = {name: state.get(f"{name}_pid") is not None for name in ("containerd", "kubelet")}
+    healthy = all(running.values()) and state.get("ready") is True
+    release = state.get("kubelet_release")
+    parts = [f"containerd {'up' if running['containerd'] else 'down'}"]
+    parts.append(f"kubelet {release + ' ' if release else ''}{'up' if running['kubelet'] else 'down'}")
+    parts.append("Ready" if state.get("ready") else "not Ready")
+    detail = ", ".join(parts)
+    if not expected:
+        detail += " (not started by lab up: GPUSPLIT_LAB_REAL_NODE=0 or never up)"
+    elif state.get("error"):
+        detail += f"; lab up recorded: {state['error']}"
+    return {
+        "node": state.get("node"),
+        "expected": expected,
+        "healthy": healthy,
+        "detail": detail,
+        "containerd_pid": state.get("containerd_pid"),
+        "kubelet_pid": state.get("kubelet_pid"),
+        "ready": state.get("ready") is True,
+        "kubelet_release": release,
+        "kubelet_version": state.get("kubelet_version"),
+        "error": state.get("error"),
+    }
+
+
+def lab_healthy(components: dict, real_node: dict) -> bool:
+    """The lab's health for `lab status`: every component, and the real node where lab up started it."""
+    return all(v.get("healthy") for v in components.values()) and (
+        real_node["healthy"] or not real_node["expected"]
+    )
+
+
 def status() -> int:
+    from lab import node as real_node
+
     h = health()
     state = read_state()
     report = {name: {**h.get(name, {}), **state.get(name, {})} for name in ORDER}
     report["sshd"] = sshd.health()
+    node_report = real_node_report(real_node.status(), real_node.enabled() and real_node.started())
     summary = {
         "supervisor_pid": supervisor_pid(),
         "kubernetes_version": C.lab_kube_version(),
         "components": report,
+        "real_node": node_report,
     }
     print(json.dumps(summary, indent=2))
-    return 0 if all(v.get("healthy") for v in report.values()) else 1
+    return 0 if lab_healthy(report, node_report) else 1
 
 
 def main(argv: list[str] | None = None) -> int:

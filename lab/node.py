@@ -3,6 +3,11 @@
     python -m lab.node up        start containerd and the kubelet (the lab must be up)
     python -m lab.node down      stop them, remove their pods, unmount what they mounted
     python -m lab.node status    what runs, as JSON; exit 1 when the node is not Ready
+    python -m lab.node restart-kubelet [--release 1.36.3]
+                                 run the node's kubelet at another release (pods and containerd stay)
+
+Its kubelet is of the lab's Kubernetes release unless GPUSPLIT_LAB_NODE_KUBELET names an older one of
+KUBE_VERSIONS (a kubelet joins an apiserver up to three minor releases newer): `up` starts that one.
 
 `python -m lab.lab up` starts it after the control plane (GPUSPLIT_LAB_REAL_NODE=0 leaves it out),
 `python -m lab.lab down` stops it first. Each lab (GPUSPLIT_LAB_HOST, GPUSPLIT_LAB_DIR) has its own
@@ -129,10 +134,13 @@ def pod_subnet() -> ipaddress.IPv4Network:
 def missing() -> list[str]:
     """What this machine lacks for the real node, each with what to do about it."""
     out = []
-    version = C.lab_kube_version()
-    if not kubelet_binary().exists():
-        how = "make lab-build" if version == C.versions()["KUBE_VERSION"] else f"make lab-build K8S={version}"
-        out.append(f"{C.shown(kubelet_binary())} (run `{how}`: lab/build_node.sh)")
+    try:
+        release = kubelet_release()
+    except NodeError as exc:
+        out.append(str(exc))
+    else:
+        if not kubelet_binary(release).exists():
+            out.append(kubelet_missing(release))
     for name in ("containerd", "ctr", "containerd-shim-runc-v2", "runc"):
         if not (C.BIN / name).exists():
             out.append(f"{C.shown(C.BIN / name)} (run `make lab-build`: lab/build_node.sh)")
@@ -709,14 +717,74 @@ def in_node_namespace(argv: list[str]) -> list[str]:
     return ["nsenter", f"--mount=/proc/{pid}/ns/mnt", "--", *argv]
 
 
-def kubelet_binary() -> Path:
-    """The kubelet of the lab's Kubernetes release (lab/build_node.sh)."""
-    return C.kube_bin(C.lab_kube_version()) / "kubelet"
+# The node's kubelet runs the lab's release (its apiserver's) unless this names an older one of
+# KUBE_VERSIONS: a kubelet may join an apiserver up to three minor releases newer.
+KUBELET_RELEASE_ENV = "GPUSPLIT_LAB_NODE_KUBELET"
+# the kubelet-apiserver skew Kubernetes supports (kubernetes.io/releases/version-skew-policy/#kubelet)
+KUBELET_MAX_MINOR_SKEW = 3
 
 
-def kubelet_command() -> list[str]:
+def _release(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split("."))
+
+
+def kubelet_skew_problem(kubelet: str, apiserver: str, known: list[str]) -> str | None:
+    """Why a kubelet of release ``kubelet`` cannot be the node's under an apiserver of ``apiserver``
+    (``known``: the releases the lab builds), or None."""
+    asked = f"kubelet {kubelet} ({KUBELET_RELEASE_ENV} or --release)"
+    if kubelet not in known:
+        return (
+            f"{asked}: not a release the lab builds (KUBE_VERSIONS in lab/versions.env: {', '.join(known)})"
+        )
+    have, lab = _release(kubelet), _release(apiserver)
+    if have > lab:
+        return f"{asked}: a kubelet may not be newer than the lab's apiserver ({apiserver})"
+    if lab[0] != have[0] or lab[1] - have[1] > KUBELET_MAX_MINOR_SKEW:
+        return f"{asked}: at most {KUBELET_MAX_MINOR_SKEW} minor releases older than the lab's apiserver ({apiserver})"
+    return None
+
+
+def kubelet_release(wanted: str | None = None) -> str:
+    """The release the node's kubelet runs: ``wanted``, else GPUSPLIT_LAB_NODE_KUBELET, else the lab's."""
+    lab = C.lab_kube_version()
+    release = wanted or os.environ.get(KUBELET_RELEASE_ENV) or lab
+    problem = kubelet_skew_problem(release, lab, C.versions()["KUBE_VERSIONS"].split(","))
+    if problem:
+        raise NodeError(problem)
+    return release
+
+
+def kubelet_binary(release: str | None = None) -> Path:
+    """The kubelet of ``release`` (default: kubelet_release()), built by lab/build_node.sh."""
+    return C.kube_bin(release or kubelet_release()) / "kubelet"
+
+
+def kubelet_missing(release: str) -> str:
+    how = "make lab-build" if release == C.versions()["KUBE_VERSION"] else f"make lab-build K8S={release}"
+    return f"{C.shown(kubelet_binary(release))} (run `{how}`: lab/build_node.sh)"
+
+
+def release_of_binary(path: str) -> str | None:
+    """The release of a lab kubelet by its path (kube_bin's layout), None for one outside the lab's bin."""
+    where = Path(path).parent
+    if where == C.BIN:
+        return C.versions()["KUBE_VERSION"]
+    return where.name if where.parent == C.BIN else None
+
+
+def running_kubelet_release() -> str | None:
+    """The release of the node's running kubelet (its binary's), None when none runs."""
+    pid = running("kubelet")
+    if pid is None:
+        return None
+    with contextlib.suppress(OSError):
+        return release_of_binary(os.fsdecode(Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]))
+    return None
+
+
+def kubelet_command(release: str | None = None) -> list[str]:
     return [
-        str(kubelet_binary()),
+        str(kubelet_binary(release)),
         f"--config={STATE / 'kubelet.yaml'}",
         f"--kubeconfig={KUBELET_KUBECONFIG}",
         f"--root-dir={NS_KUBELET_DIR}",
@@ -900,6 +968,11 @@ def error_file() -> Path:
     return STATE / "error"
 
 
+def started() -> bool:
+    """Whether `up` ran since the last `down`: a pid file of its processes, or the reason it failed, is kept."""
+    return any(f.exists() for f in (pidfile("containerd"), pidfile("kubelet"), error_file()))
+
+
 def node_object() -> dict | None:
     proc = subprocess.run(
         ["kubectl", f"--kubeconfig={C.KUBECONFIG}", "get", "node", NAME, "-o", "json"],
@@ -959,7 +1032,41 @@ def up(timeout: float = 180) -> str:
     wait_for(f"{NAME} registered by its kubelet", lambda: node_object() is not None, timeout, "kubelet")
     set_address()
     wait_for(f"the kubelet of {NAME}", node_ready, timeout, "kubelet")
-    return f"{NAME} Ready ({', '.join(started) + ' started' if started else 'already running'})"
+    release = running_kubelet_release()
+    return f"{NAME} Ready, kubelet {release} ({', '.join(started) + ' started' if started else 'already running'})"
+
+
+def node_kubelet_version() -> str | None:
+    """The kubelet release the node's status reports (nodeInfo.kubeletVersion, without its v)."""
+    node = node_object()
+    version = ((node or {}).get("status", {}).get("nodeInfo") or {}).get("kubeletVersion")
+    return version.removeprefix("v") if version else None
+
+
+def restart_kubelet(release: str | None = None, timeout: float = 180) -> str:
+    """Run the node's kubelet at ``release`` (default: kubelet_release()); the pods and containerd stay.
+    Waits until the node reports that kubelet release, Ready, with its device-plugin socket made anew."""
+    release = kubelet_release(release)
+    if not kubelet_binary(release).exists():
+        raise NodeError("this machine lacks: " + kubelet_missing(release))
+    if running("containerd") is None:
+        raise NodeError(f"containerd of {NAME} does not run: start the node (python -m lab.node up)")
+    was = running_kubelet_release()
+    stop_process("kubelet")
+    started = time.time()
+    spawn("kubelet", in_node_namespace(kubelet_command(release)))
+
+    def serving() -> bool:
+        # the kubelet makes its device-plugin socket anew at start: plugins register again on it
+        with contextlib.suppress(OSError):
+            if DEVICE_PLUGIN_SOCKET.stat().st_mtime < started - 1:
+                return False
+            return node_kubelet_version() == release and node_ready()
+        return False
+
+    wait_for(f"the kubelet {release} of {NAME}", serving, timeout, "kubelet")
+    set_address()
+    return f"{NAME} Ready, kubelet {release} (was {was or 'not running'})"
 
 
 def down() -> list[str]:
@@ -989,6 +1096,7 @@ def down() -> list[str]:
     if Path(f"/sys/class/net/{BRIDGE}").exists():
         subprocess.run(["ip", "link", "del", BRIDGE], capture_output=True, check=False)
         done.append(f"removed the bridge {BRIDGE}")
+    error_file().unlink(missing_ok=True)  # a node that failed to start is no longer expected
     # the sockets of a stopped kubelet and containerd
     for sock in (
         DEVICE_PLUGIN_SOCKET,
@@ -1028,6 +1136,8 @@ def status() -> dict:
         "ready": conditions.get("Ready") == "True",
         "containerd_pid": running("containerd"),
         "kubelet_pid": running("kubelet"),
+        "kubelet_release": running_kubelet_release(),
+        "kubelet_version": ((node or {}).get("status", {}).get("nodeInfo") or {}).get("kubeletVersion"),
         "root_dir": str(KUBELET_DIR),
         "device_plugin_socket": str(DEVICE_PLUGIN_SOCKET),
         "pod_resources_socket": str(POD_RESOURCES_SOCKET),
@@ -1055,12 +1165,16 @@ def lab_up() -> tuple[bool, str]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m lab.node")
-    parser.add_argument("command", choices=["up", "down", "status"])
+    parser.add_argument("command", choices=["up", "down", "status", "restart-kubelet"])
     parser.add_argument("--timeout", type=float, default=180.0)
+    parser.add_argument(
+        "--release",
+        help=f"restart-kubelet: the kubelet's release (default: {KUBELET_RELEASE_ENV}, else the lab's)",
+    )
     args = parser.parse_args(argv)
-    if args.command == "up":
+    if args.command in ("up", "restart-kubelet"):
         try:
-            log(up(args.timeout))
+            log(up(args.timeout) if args.command == "up" else restart_kubelet(args.release, args.timeout))
         except NodeError as exc:
             print(f"lab-node: {exc}", file=sys.stderr)
             return 1

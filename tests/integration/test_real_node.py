@@ -7,8 +7,9 @@ keeps host GPUs from a pod that names them in its env; a pod keeps its GPU when 
 advertising it (k8s-device-plugin#313) until evicted; site.yml splits the node with gpusplit's own
 split DaemonSet, the real kubelet advertising exactly the Kubernetes share; resplit.yml evicts the pod
 in the way (evict) or leaves it its GPU across the plugin's restart (wait); unsplit.yml hands the node
-back to a stock plugin, the split plugin gone before the stock plugin starts; and `lab down` leaves no process, mount, cgroup or
-bridge of it behind.
+back to a stock plugin, the split plugin gone before the stock plugin starts; site.yml takes the node over
+from a stock plugin, its pod gone before the split plugin starts, on a kubelet of the lab's release and on a
+1.36 kubelet (lab.node.restart_kubelet); and `lab down` leaves no process, mount, cgroup or bridge of it behind.
 
 Where the kubelet cannot run here (a capability, cgroups, a binary missing) these tests fail with
 what is missing, as `lab up` recorded it; they are never skipped.
@@ -87,7 +88,7 @@ def workload_pod(name: str, env: dict[str, str], wait: bool = False) -> dict:
 def test_the_real_node_joined_the_lab_with_its_sockets_under_its_root_dir(real_node, kubectl):
     got = kubectl.json("get", "node", node.NAME)
     info = got["status"]["nodeInfo"]
-    assert info["kubeletVersion"] == f"v{C.lab_kube_version()}"
+    assert info["kubeletVersion"] == f"v{node.kubelet_release()}"  # the lab's, or GPUSPLIT_LAB_NODE_KUBELET's
     assert info["containerRuntimeVersion"] == f"containerd://{C.versions()['CONTAINERD_VERSION']}"
     assert {"type": "InternalIP", "address": C.HOST} in got["status"]["addresses"]
     assert {"key": node.TAINT_KEY, "value": "true", "effect": "NoSchedule"} in got["spec"]["taints"]
@@ -706,22 +707,24 @@ def test_a_resplit_of_the_real_node_evicts_the_pod_in_the_way_or_leaves_it_its_g
 STOCK_NAME = "stock-device-plugin"
 
 
-def stock_daemonset() -> dict:
+def stock_daemonset(excluded: bool = True) -> dict:
+    """The stock plugin's DaemonSet; ``excluded=False``: as a user deployed it, on every node."""
     pod = plugin_pod("volume-mounts", ["all"])["spec"]
     pod["tolerations"] = [{"operator": "Exists"}]
-    pod["affinity"] = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {
-                        "matchExpressions": [
-                            {"key": "gpusplit.io/split", "operator": "NotIn", "values": ["true"]}
-                        ]
-                    }
-                ]
+    if excluded:
+        pod["affinity"] = {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchExpressions": [
+                                {"key": "gpusplit.io/split", "operator": "NotIn", "values": ["true"]}
+                            ]
+                        }
+                    ]
+                }
             }
         }
-    }
     return {
         "apiVersion": "apps/v1",
         "kind": "DaemonSet",
@@ -867,6 +870,170 @@ def test_unsplit_hand_over_on_the_real_kubelet(real_node, kubectl, core_api, sto
         "gpusplit.k8s.gpu_resplit : Write the plan diff (on the controller)"
     }, again.stdout[-6000:]
     assert allocatable() == len(gpus) and len(stock_pods(kubectl)) == 1
+
+
+# the kubelets the take-over runs on: the lab's release and an older one that may join its apiserver
+OLDER_KUBELET = next(v for v in C.versions()["KUBE_VERSIONS"].split(",") if v.startswith("1.36."))
+
+
+@pytest.fixture
+def kubelet_at(request, real_node):
+    """The real node's kubelet at the release asked for (None: the lab's), the pods and containerd kept;
+    after the test, the kubelet `lab up` starts."""
+    release = request.param or C.lab_kube_version()
+    try:
+        if node.running_kubelet_release() != release:
+            node.restart_kubelet(release)
+    except node.NodeError as exc:
+        pytest.fail(str(exc), pytrace=False)
+    yield release
+    if node.running_kubelet_release() != node.kubelet_release():
+        node.restart_kubelet(node.kubelet_release())
+
+
+# the real kubelet's device manager, as it logs a plugin's end and a registration (klog: "I1205 23:24:24.591493 ...")
+KLOG_TIME = re.compile(r"^[IWE]\d{4} (\d\d):(\d\d):(\d\d\.\d+) ")
+PLUGIN_ENDED = "ListAndWatch ended unexpectedly for device plugin"
+PLUGIN_REGISTERS = "Got registration request from device plugin"
+
+
+def device_plugin_events(text: str) -> list[tuple[float, str]]:
+    """(seconds of the day, "ended" or "registers") of the kubelet's device-plugin lines in ``text``."""
+    out = []
+    for line in text.splitlines():
+        kind = "ended" if PLUGIN_ENDED in line else "registers" if PLUGIN_REGISTERS in line else None
+        stamp = KLOG_TIME.match(line)
+        if kind and stamp:
+            h, m, sec = stamp.groups()
+            out.append((int(h) * 3600 + int(m) * 60 + float(sec), kind))
+    return out
+
+
+def runs(reads: list[int]) -> list[tuple[int, int]]:
+    """Consecutive equal reads as (value, how many)."""
+    out: list[tuple[int, int]] = []
+    for n in reads:
+        if out and out[-1][0] == n:
+            out[-1] = (n, out[-1][1] + 1)
+        else:
+            out.append((n, 1))
+    return out
+
+
+@pytest.mark.parametrize(
+    "kubelet_at", [None, OLDER_KUBELET], ids=["lab-kubelet", "kubelet-1.36"], indirect=True
+)
+def test_site_yml_takes_the_real_node_over_from_a_stock_plugin(
+    real_node, kubelet_at, kubectl, core_api, stock_plugin
+):
+    """A stock device plugin (a user's DaemonSet on every node, no exclusion) advertises every GPU of the
+    real node; site.yml with gpusplit_stock_plugin_action=exclude keeps it off the node, waits until its pod
+    is gone, then starts the split plugin: the node's pods, read every 0.2 s with its allocatable, never
+    hold both plugins at once; the end state is exactly the Kubernetes share; the gap (allocatable below
+    the share while neither plugin serves) is printed, not bounded; a second run changes nothing. On the
+    lab's kubelet and on a 1.36 kubelet (no kubernetes/kubernetes#121994 fix)."""
+    gpus = json.loads(FIXTURE.read_text())["gpus"]
+    share = len(gpus) - 1  # host_count 1
+    assert node.status()["kubelet_version"] == f"v{kubelet_at}"
+    kubectl.wait_for(lambda: not gpu_pods_on_the_node(kubectl), timeout=180, what="no GPU pod on the node")
+    kubectl("apply", "-f", "-", stdin=json.dumps(stock_daemonset(excluded=False)))
+
+    def allocatable() -> int:
+        return int(core_api.read_node(node.NAME).status.allocatable.get("nvidia.com/gpu", "0"))
+
+    kubectl.wait_for(
+        lambda: allocatable() == len(gpus), timeout=120, what="every GPU advertised by the stock plugin"
+    )
+    (stock,) = stock_pods(kubectl)
+    assert (
+        "registered nvidia.com/gpu with the kubelet"
+        in kubectl("-n", "kube-system", "logs", stock["metadata"]["name"]).stdout
+    )
+
+    split_key, split_value = SPLIT_NODE_LABEL.split("=")
+    seen: list[tuple[float, int, list[str], list[str]]] = []  # (time, allocatable, stock pods, split pods)
+    failed_reads: list[str] = []
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            try:
+                n = allocatable()
+                pods = core_api.list_pod_for_all_namespaces(field_selector=f"spec.nodeName={node.NAME}").items
+            except Exception as exc:  # a slow apiserver: the read is counted and the watch goes on
+                failed_reads.append(str(exc)[:200])
+            else:
+                labels = [(p.metadata.name, p.metadata.labels or {}) for p in pods]
+                seen.append(
+                    (
+                        time.monotonic(),
+                        n,
+                        [name for name, lb in labels if lb.get("app") == STOCK_NAME],
+                        [name for name, lb in labels if lb.get(split_key) == split_value],
+                    )
+                )
+            stop.wait(0.2)
+
+    kubelet_log = C.LOGS / "kubelet.log"
+    log_from = kubelet_log.stat().st_size
+    watcher = threading.Thread(target=watch)
+    start = time.monotonic()
+    watcher.start()
+    try:
+        proc = site_on_the_real_node("-e", "gpusplit_stock_plugin_action=exclude")
+        ran = time.monotonic() - start
+        assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-3000:]
+        kubectl.wait_for(lambda: allocatable() == share, timeout=90, what="the Kubernetes share advertised")
+        time.sleep(1)  # a last read or two after the run
+    finally:
+        stop.set()
+        watcher.join()
+
+    both = [(round(t - start, 1), s, k) for t, _, s, k in seen if s and k]
+    assert both == [], f"the stock and the split plugin on {node.NAME} at once: {both}"
+    stock_gone = next(t for t, _, s, _ in seen if not s) - start
+    split_bound = next(t for t, _, _, k in seen if k) - start
+    assert stock_gone <= split_bound
+    below = [t for t, n, _, _ in seen if n < share]
+    gap = 0.0
+    if below:
+        back = next((t for t, n, _, _ in seen if t > below[0] and n >= share), seen[-1][0])
+        gap = back - below[0]
+    lowest = min(n for _, n, _, _ in seen)
+    # the kubelet's own account: the stock plugin's stream ends, then exactly one plugin registers (the split one)
+    with kubelet_log.open("rb") as f:
+        f.seek(log_from)
+        events = device_plugin_events(f.read().decode(errors="replace"))
+    assert [kind for _, kind in events] == ["ended", "registers"], events
+    (ended, _), (registered, _) = events
+    status = kubectl.json("get", "node", node.NAME)["status"]
+    print(
+        f"take-over of {node.NAME} on kubelet {kubelet_at}: site.yml {ran:.1f}s, {len(seen)} reads "
+        f"({len(failed_reads)} failed); stock pod gone at {stock_gone:.1f}s, split pod bound at {split_bound:.1f}s; "
+        f"allocatable below the share ({share}) for {gap:.1f}s, lowest {lowest}; in the kubelet no plugin for "
+        f"{registered - ended:.1f}s (the stock plugin's stream ended, then the split plugin registered); "
+        f"capacity {status['capacity'].get('nvidia.com/gpu')}; reads (value, count): {runs([n for _, n, _, _ in seen])}"
+    )
+    assert len(seen) > 10, failed_reads[-3:]
+
+    # the end state: exactly the Kubernetes share through the split plugin; the stock plugin kept off the node
+    assert status["allocatable"]["nvidia.com/gpu"] == str(share), status["allocatable"]
+    report = json.loads((C.OUT / "fleet-report.json").read_text())
+    (entry,) = [n for n in report["nodes"] if n["name"] == node.NAME]
+    assert entry["verdict"] == "OK", entry
+    assert not stock_pods(kubectl)
+    ds, plugin = split_plugin(kubectl)
+    assert plugin is not None
+    log = kubectl("-n", ds["metadata"]["namespace"], "logs", plugin["metadata"]["name"]).stdout
+    assert "registered nvidia.com/gpu with the kubelet" in log, log
+    stock_ds = kubectl.json("-n", "kube-system", "get", "daemonset", STOCK_NAME)
+    assert "gpusplit.io/split" in json.dumps(stock_ds["spec"]["template"]["spec"].get("affinity"))
+
+    # a second run changes nothing
+    again = site_on_the_real_node("-e", "gpusplit_stock_plugin_action=exclude")
+    assert again.returncode == 0, again.stdout[-6000:] + again.stderr[-3000:]
+    assert changed_tasks(again.stdout) == [], changed_tasks(again.stdout)
+    assert allocatable() == share and not stock_pods(kubectl)
 
 
 def test_a_second_build_of_the_node_is_cached_and_leaves_its_binaries_alone():
