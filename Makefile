@@ -48,8 +48,9 @@ $(COLL_LINK):
 lab-build: venv
 	K8S=$(K8S) lab/build.sh all
 
-# what make test, demo, integration and bench use: the default release only (K8S=<version> picks another);
-# the other releases of KUBE_VERSIONS are built by lab-build and make test-matrix
+# what make test's main pytest, demo, integration and bench use: the default release only (K8S=<version>
+# picks another); make test's Kubernetes legs build the control plane and kubectl of each other release of
+# KUBE_VERSIONS (tools/legs.py), lab-build and make test-matrix every binary of every release
 lab-build-default: venv
 	K8S=$(or $(K8S),$(KUBE_DEFAULT)) lab/build.sh all
 
@@ -108,7 +109,9 @@ integration: lab-build-default
 # run beside pytest: the managed-host modules' tests per ansible-core under the host Pythons it
 # supports (tools/multi_python_tests.py), and the other legs of the support matrix (tools/legs.py
 # test: on ansible-core 2.20 and 2.19 the unit tests and ansible-test sanity, each in its own venv,
-# and on 2.19 the lab's split, verify and SSH host tests on a lab of its own). Their output is
+# and on 2.19 the lab's split, verify and SSH host tests on a lab of its own; then per Kubernetes
+# release of KUBE_VERSIONS other than the default its binaries (lab/build.sh, cached) and the tests
+# tools/kubernetes_support.toml names for it, on a lab of that release of its own). Their output is
 # printed after pytest's, and any of them failing fails the target.
 test: venv legs-venv lab-build-default lint
 	@rm -f $(VENV)/multi-python.rc $(VENV)/legs.rc; \
@@ -127,7 +130,8 @@ test: venv legs-venv lab-build-default lint
 	[ $$rc -eq 0 ] && [ $$mprc -eq 0 ] && [ $$legsrc -eq 0 ]
 
 # every leg of the support matrix in full: the whole pytest suite and ansible-test sanity per
-# ansible-core, each in its venv with a lab of its own, one leg after the other; not part of make test
+# ansible-core, each in its venv with a lab of its own, then every lab test on each other Kubernetes
+# release on a lab of that release, one leg after the other; not part of make test
 # the differential tests (TOML, HPACK, protobuf, h2) generate 2,000 cases per target in make test, ten times
 # as many here (GPUSPLIT_DIFF_CASES; the seed stays fixed)
 test-matrix: export GPUSPLIT_DIFF_CASES ?= 20000

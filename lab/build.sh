@@ -6,6 +6,8 @@
 # .lab/bin/<version>/ (kube-apiserver, kube-scheduler, kube-controller-manager, kubeadm and kubectl:
 # the venv's kubectl is the default release's, and kubectl supports one minor version of skew).
 # K8S=<version> builds that release only; otherwise `all` builds every release of KUBE_VERSIONS.
+# KUBE_COMPONENTS="kube-apiserver kubectl" builds only those of each release (tools/legs.py's
+# Kubernetes legs leave kubeadm out: the lab writes kubeadm's manifests itself).
 # A binary is rebuilt only when its version stamp (.<name>.version beside it) differs from
 # lab/versions.env; a cached one is left alone and reported as "cached".
 # `all` also puts the Kubernetes sources that the feature-gate catalog is checked against
@@ -110,11 +112,29 @@ kube_bin() { # version: where that release's binaries go (the default release's 
   if [ "$1" = "$KUBE_VERSION" ]; then echo "$bin"; else echo "$bin/$1"; fi
 }
 
+KUBE_COMMANDS="kube-apiserver kube-scheduler kube-controller-manager kubeadm kubectl"
+check_kube_components() { # each of KUBE_COMPONENTS is a command build_kube knows, or die naming them
+  local c
+  for c in ${KUBE_COMPONENTS:-}; do
+    case " $KUBE_COMMANDS " in *" $c "*) ;; *) die "KUBE_COMPONENTS: $c is none of $KUBE_COMMANDS" ;; esac
+  done
+}
+
+kube_components() { # version: the commands to build, KUBE_COMPONENTS's where it is set
+  if [ -n "${KUBE_COMPONENTS:-}" ]; then
+    echo "$KUBE_COMPONENTS"
+  elif [ "$1" = "$KUBE_VERSION" ]; then
+    echo "${KUBE_COMMANDS% kubectl}" # the venv's kubectl is the default release's
+  else
+    echo "$KUBE_COMMANDS"
+  fi
+}
+
 build_kube() { # version
-  local ver=$1 dest need=() c comps=(kube-apiserver kube-scheduler kube-controller-manager kubeadm)
+  local ver=$1 dest need=() c comps
   check_kube_version "$ver"
   dest=$(kube_bin "$ver")
-  [ "$ver" = "$KUBE_VERSION" ] || comps+=(kubectl)
+  read -r -a comps <<<"$(kube_components "$ver")"
   mkdir -p "$dest"
   for c in "${comps[@]}"; do
     [ -x "$dest/$c" ] && [ "$(cat "$dest/.$c.version" 2>/dev/null)" = "$ver" ] || need+=("$c")
@@ -220,6 +240,7 @@ gate_sources() {
 
 cmd=${1:-all}
 [ -z "${K8S:-}" ] || check_kube_version "$K8S"
+check_kube_components
 case "$cmd" in
   kube | etcd | kwok | toolkit | gate-sources | all | go | node) ensure_go ;;
   *) echo "usage: $0 [all|kube|etcd|kwok|toolkit|gate-sources|go|node]" >&2; exit 2 ;;

@@ -25,6 +25,17 @@ whole pytest suite and sanity on every leg. Each leg's lab has its own directory
 Every part prints the leg, its ansible-core, the Python it ran on, its counts and its time; a leg
 that cannot run (no Python for it, its venv missing or not buildable) is a named failure.
 Exit status 0 only when every part of every leg passed.
+
+The Kubernetes legs (:func:`kube_legs`): one per release of lab/versions.env ``KUBE_VERSIONS`` other than
+the default ``KUBE_VERSION`` (``k8s1.36.3``, ``k8s1.35.4``), on the default leg's venv. Their parts are
+``build`` (``K8S=<release> lab/build.sh kube`` with :data:`KUBE_LEG_COMPONENTS`: cached, or linked from
+the Go build cache in seconds where that release was built before) and ``lab``: in ``test``, the tests
+:func:`kube_tests` lists for the release on a lab of that release (``GPUSPLIT_KUBE_VERSION``, its
+kubectl first on PATH, no real node); in ``matrix``, every lab test. Their labs follow the other legs'
+addresses (:func:`lab_env`).
+
+    python tools/legs.py test k8s1.36.3           # one release's build and lab parts
+    python tools/legs.py build                    # the Kubernetes legs' binaries only (.ci/run)
 """
 
 from __future__ import annotations
@@ -64,6 +75,13 @@ def version_sensitive_tests(root: Path = ROOT) -> list[str]:
     ]
 
 
+# the binaries a Kubernetes leg's lab runs: the control plane, and kubectl (one minor of skew, so the
+# default release's does not reach 1.35); kubeadm is left out, the lab writes kubeadm's manifests itself
+KUBE_LEG_COMPONENTS = ("kube-apiserver", "kube-scheduler", "kube-controller-manager", "kubectl")
+KUBE_SUPPORT = Path("tools") / "kubernetes_support.toml"
+KUBE_LEG_FILES = ("tests/integration/test_k8s_versions.py",)
+
+
 class LegError(RuntimeError):
     """A leg cannot run; the message names the leg and why."""
 
@@ -79,6 +97,48 @@ def load(root: Path = ROOT) -> dict:
     if sum(1 for leg in legs if leg.get("default")) != 1:
         raise ValueError("pyproject.toml: exactly one [[tool.gpusplit.legs]] must have default = true")
     return {"legs": legs, "matrix": tool["matrix"], "dependencies": data["project"]["dependencies"]}
+
+
+def lab_versions(root: Path = ROOT) -> dict[str, str]:
+    """lab/versions.env's KEY=VALUE lines."""
+    out = {}
+    for line in (root / "lab" / "versions.env").read_text(encoding="utf-8").splitlines():
+        key, sep, value = line.partition("=")
+        if sep and not line.lstrip().startswith("#"):
+            out[key.strip()] = value.strip()
+    return out
+
+
+def kube_legs(root: Path = ROOT) -> list[dict]:
+    """A leg per Kubernetes release of KUBE_VERSIONS other than the default: ``{"name": "k8s1.36.3", "kube": "1.36.3"}``."""
+    pins = lab_versions(root)
+    default = pins.get("KUBE_VERSION", "")
+    releases = [v.strip() for v in pins.get("KUBE_VERSIONS", "").split(",") if v.strip()]
+    if default not in releases:
+        raise ValueError(f"lab/versions.env: KUBE_VERSION {default!r} is not one of KUBE_VERSIONS {releases}")
+    return [{"name": f"k8s{v}", "kube": v} for v in releases if v != default]
+
+
+def kube_tests(release: str, root: Path = ROOT, files=KUBE_LEG_FILES) -> tuple[list[str], list[str]]:
+    """What make test runs on a release's lab: (pytest arguments, node ids to deselect).
+
+    ``files`` whole, and every test that a proven or refused cell of that release names in
+    tools/kubernetes_support.toml, less the file's ``matrix_only`` tests (make test-matrix runs those).
+    """
+    data = tomllib.loads((root / KUBE_SUPPORT).read_text(encoding="utf-8"))
+    if release not in data["releases"]:
+        raise LegError(f"leg k8s{release}: {KUBE_SUPPORT} has no cells for Kubernetes {release}")
+    slow = list(data.get("matrix_only", []))
+    run = list(files)
+    for feature in data["features"]:
+        cell = feature["cells"].get(release, {})
+        if cell.get("state") not in ("proven", "refused"):
+            continue
+        for test in cell.get("tests", []):
+            whole = test.split("::", 1)[0] in run
+            if test not in run and not whole and test not in slow:
+                run.append(test)
+    return run, [test for test in slow if test.split("::", 1)[0] in files]
 
 
 def pin(leg: dict, name: str) -> str:
@@ -110,19 +170,25 @@ def venv_dir(leg: dict, root: Path = ROOT) -> Path:
 def lab_env(legs: list[dict], leg: dict, root: Path = ROOT) -> dict[str, str]:
     """The environment of a leg's own lab: {} for the default leg (.lab and 127.0.0.1 as usual).
 
-    Leg i (its place in the data file) binds its lab to 127.<32*i>.0.1 with its state in
-    .lab/legs/<leg> and its playbooks' output in out/legs/<leg>; the pytest-xdist workers of a
-    whole-suite run add 65536 per worker to the address (lab/workers.py), which stays clear of the
-    next leg's.
+    Leg i (its place in the data file, the Kubernetes legs after the others) binds its lab to
+    127.<32*i>.0.1 with its state in .lab/legs/<leg> and its playbooks' output in out/legs/<leg>;
+    the pytest-xdist workers of a whole-suite run add 65536 per worker to the address
+    (lab/workers.py), which stays clear of the next leg's. A Kubernetes leg's lab runs its release
+    (GPUSPLIT_KUBE_VERSION) with no real node (the real node's kubelet is the default release's).
     """
     if leg.get("default"):
         return {}
     index = next(i for i, other in enumerate(legs) if other["name"] == leg["name"])
-    return {
+    if 32 * index > 255:
+        raise LegError(f"leg {leg['name']}: no loopback address 127.{32 * index}.0.1 for leg {index}")
+    env = {
         "GPUSPLIT_LAB_HOST": f"127.{32 * index}.0.1",
         "GPUSPLIT_LAB_DIR": str(root / ".lab" / "legs" / leg["name"]),
         "GPUSPLIT_OUT_DIR": str(root / "out" / "legs" / leg["name"]),
     }
+    if leg.get("kube"):
+        env.update({"GPUSPLIT_KUBE_VERSION": leg["kube"], "GPUSPLIT_LAB_REAL_NODE": "0", "K8S": leg["kube"]})
+    return env
 
 
 def select(legs: list[dict], names: list[str]) -> list[dict]:
@@ -315,17 +381,66 @@ def shown(path: Path) -> str:
         return str(path)
 
 
-def leg_env(data: dict, leg: dict, python: Path) -> dict[str, str]:
-    env = dict(os.environ)
-    for name in ("PYTEST_XDIST_WORKER", "GPUSPLIT_LAB_HOST", "GPUSPLIT_LAB_DIR", "GPUSPLIT_OUT_DIR"):
+# what a leg's environment sets afresh: a lab of the caller's (or a make K8S=...) must not leak into it
+LAB_VARIABLES = (
+    "PYTEST_XDIST_WORKER",
+    "GPUSPLIT_LAB_HOST",
+    "GPUSPLIT_LAB_DIR",
+    "GPUSPLIT_OUT_DIR",
+    "GPUSPLIT_KUBE_VERSION",
+    "GPUSPLIT_LAB_REAL_NODE",
+    "K8S",
+)
+
+
+def leg_env(every: list[dict], leg: dict, python: Path, root: Path = ROOT, environ=None) -> dict[str, str]:
+    """The environment of a leg's parts: its lab's, its venv first on PATH (a Kubernetes leg's kubectl before it)."""
+    env = dict(os.environ if environ is None else environ)
+    for name in LAB_VARIABLES:
         env.pop(name, None)
-    env.update(lab_env(data["legs"], leg))
-    env["PATH"] = f"{python.parent}{os.pathsep}{env.get('PATH', '')}"
+    env.update(lab_env(every, leg, root))
+    first = [str(python.parent)]
+    if leg.get("kube"):
+        first.insert(0, str(root / ".lab" / "bin" / leg["kube"]))
+    env["PATH"] = os.pathsep.join([*first, env.get("PATH", "")])
     env.pop("VIRTUAL_ENV", None)
     return env
 
 
-PARTS = ("unit", "pytest", "sanity", "lab")
+PARTS = ("unit", "pytest", "sanity", "build", "lab")
+
+
+def build_counts(output: str) -> str:
+    """What lab/build.sh did: the binaries it linked or compiled, each with its time, or that all were cached."""
+    built = re.findall(r"^\[lab-build\] ([\w.-]+): done in (\d+) s \((\d+) packages compiled", output, re.M)
+    if built:
+        total = sum(int(took) for _name, took, _pkgs in built)
+        each = ", ".join(f"{name} {took} s ({pkgs} packages compiled)" for name, took, pkgs in built)
+        return f"{len(built)} built in {total} s: {each}"
+    cached = re.search(r"^\[lab-build\] (kubernetes v\S+ binaries cached)", output, re.M)
+    if cached:
+        return cached.group(1)
+    failed = re.search(r"^\[lab-build\] error: (.*)$", output, re.M)
+    return f"error: {failed.group(1)}" if failed else pytest_counts(output)
+
+
+def kube_parts(leg: dict, python: Path, mode: str, root: Path = ROOT) -> list[tuple[str, list[str], object]]:
+    """A Kubernetes leg's parts: its release's binaries (lab/build.sh), then its lab tests."""
+    build = [
+        "env",
+        f"KUBE_COMPONENTS={' '.join(KUBE_LEG_COMPONENTS)}",
+        str(root / "lab" / "build.sh"),
+        "kube",
+    ]
+    pytest = [str(python), "-m", "pytest", "-p", "no:cacheprovider", "-q", "-rfE"]
+    if mode == "matrix":
+        lab = [*pytest, "-m", "integration", "tests"]
+    elif mode == "build":
+        return [("build", build, build_counts)]
+    else:
+        run, deselect = kube_tests(leg["kube"], root)
+        lab = [*pytest, *(arg for test in deselect for arg in ("--deselect", test)), *run]
+    return [("build", build, build_counts), ("lab", lab, pytest_counts)]
 
 
 def parts(leg: dict, python: Path, mode: str, workers: str) -> list[tuple[str, list[str], object]]:
@@ -348,28 +463,55 @@ def parts(leg: dict, python: Path, mode: str, workers: str) -> list[tuple[str, l
     return out
 
 
-def run_legs(data: dict, legs: list[dict], mode: str, workers: str, only=PARTS, log=print) -> int:
+def build_kube_legs(every: list[dict], chosen: list[dict], run=subprocess.call, log=print) -> int:
+    """Build (or find cached) each Kubernetes leg's binaries, lab/build.sh's output passed through."""
+    failed = []
+    for leg in chosen:
+        argv = kube_parts(leg, Path(sys.executable), "build")[0][1]
+        rc = run(argv, cwd=ROOT, env=leg_env(every, leg, Path(sys.executable)))
+        if rc != 0:
+            log(f"[{leg['name']}] FAILED: {shown(Path(argv[2]))} kube: exit status {rc}")
+            failed.append(leg["name"])
+    return 1 if failed else 0
+
+
+def run_legs(data: dict, legs: list[dict], mode: str, workers: str, only=PARTS, log=print, every=None) -> int:
+    """Run each leg's parts (``every``: all the legs, in the order that gives each its lab's address)."""
+    every = every if every is not None else data["legs"]
     failures = []
     logs = ROOT / ".lab" / "legs" / "logs"
     started = time.monotonic()
+    # a Kubernetes leg runs on the default leg's venv
+    default = next((leg for leg in data["legs"] if leg.get("default")), None)
     for leg in legs:
-        core = pin(leg, "ansible-core")
+        venv_leg = default if leg.get("kube") else leg
+        core = pin(venv_leg, "ansible-core")
         try:
-            python = ensure_venv(leg, data, log=log)
+            python = ensure_venv(venv_leg, data, log=log)
             version = python_version(python)
+            env = leg_env(every, leg, python)
+            leg_parts = (
+                kube_parts(leg, python, mode) if leg.get("kube") else parts(leg, python, mode, workers)
+            )
         except LegError as exc:
             log(f"[{leg['name']}] FAILED: cannot run: {exc}")
             failures.append(f"{leg['name']} cannot run")
             continue
-        log(f"== leg {leg['name']}: ansible-core {core} on Python {version} ({shown(python)}) ==")
+        kube = f"Kubernetes {leg['kube']} lab, " if leg.get("kube") else ""
+        log(f"== leg {leg['name']}: {kube}ansible-core {core} on Python {version} ({shown(python)}) ==")
         leg_started = time.monotonic()
-        env = leg_env(data, leg, python)
-        for part, argv, counts in parts(leg, python, mode, workers):
+        built = True
+        for part, argv, counts in leg_parts:
             if part not in only:
+                continue
+            if part == "lab" and not built:
+                log(f"[{leg['name']}] lab: not run, the release's binaries were not built")
+                failures.append(f"{leg['name']} lab (not run: no binaries of Kubernetes {leg['kube']})")
                 continue
             failure = run_part(leg, part, argv, env, counts, logs, log=log)
             if failure:
                 failures.append(failure)
+                built = built and part != "build"
         log(f"[{leg['name']}] done in {time.monotonic() - leg_started:.0f} s")
     log(f"legs {', '.join(leg['name'] for leg in legs)}: {time.monotonic() - started:.0f} s")
     if failures:
@@ -381,7 +523,7 @@ def run_legs(data: dict, legs: list[dict], mode: str, workers: str, only=PARTS, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("venv", "test", "matrix", "list"))
+    parser.add_argument("command", choices=("venv", "build", "test", "matrix", "list"))
     parser.add_argument("legs", nargs="*", help="leg names (default: every leg the command covers)")
     parser.add_argument(
         "--workers",
@@ -400,19 +542,34 @@ def main(argv: list[str] | None = None) -> int:
             f"unknown part(s) {', '.join(sorted(set(only) - set(PARTS)))}; the parts are {', '.join(PARTS)}"
         )
     data = load()
-    chosen = select(data["legs"], args.legs)
+    try:
+        every = data["legs"] + kube_legs()
+    except (OSError, ValueError) as exc:
+        print(f"FAILED: the Kubernetes legs cannot run: {exc}", file=sys.stderr)
+        return 1
+    chosen = select(every, args.legs)
     others = [leg for leg in chosen if not leg.get("default")]
     if args.command == "list":
         for leg in chosen:
+            if leg.get("kube"):
+                env = lab_env(every, leg)
+                print(
+                    f"{leg['name']}: Kubernetes {leg['kube']} on the default leg's venv, lab "
+                    f"{env['GPUSPLIT_LAB_HOST']} ({shown(Path(env['GPUSPLIT_LAB_DIR']))}), "
+                    f"binaries {', '.join(KUBE_LEG_COMPONENTS)}"
+                )
+                continue
             print(
                 f"{leg['name']}: ansible-core {pin(leg, 'ansible-core')}, venv {venv_dir(leg).name}, "
                 f"controller Python {' or '.join(leg['controller_python'])}, "
                 f"hosts {', '.join(leg['host_python'])}{', lab leg' if leg.get('lab') else ''}"
             )
         return 0
+    if args.command == "build":
+        return build_kube_legs(every, [leg for leg in chosen if leg.get("kube")])
     if args.command == "venv":
         failed = []
-        for leg in others:
+        for leg in (leg for leg in others if not leg.get("kube")):
             try:
                 python = ensure_venv(leg, data)
                 print(f"[{leg['name']}] {shown(python.parent.parent)}: Python {python_version(python)}")
@@ -420,7 +577,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[{leg['name']}] FAILED: {exc}", file=sys.stderr)
                 failed.append(leg["name"])
         return 1 if failed else 0
-    return run_legs(data, others if args.command == "test" else chosen, args.command, args.workers, only)
+    return run_legs(
+        data, others if args.command == "test" else chosen, args.command, args.workers, only, every=every
+    )
 
 
 if __name__ == "__main__":

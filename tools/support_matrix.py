@@ -141,17 +141,33 @@ def problems(data: dict) -> list[str]:
                 found.append(f"{where} is {state} without a test that shows it (tests)")
             if state != "proven" and not str(cell.get("reason", "")).strip():
                 found.append(f"{where} is {state} without a reason")
+    in_cells = cell_tests(data)
+    for test in data.get("matrix_only") or []:
+        if test not in in_cells:
+            found.append(f"matrix_only names {test}, which no proven or refused cell names")
     return found
 
 
-def named_tests(data: dict) -> set[str]:
-    """Every pytest node id the Kubernetes matrix's cells name."""
+def cell_tests(data: dict) -> set[str]:
+    """The pytest node ids the proven and refused cells name."""
     return {
+        test
+        for feature in data.get("features") or []
+        for cell in (feature.get("cells") or {}).values()
+        if cell.get("state") in ("proven", "refused")
+        for test in cell.get("tests", ())
+    }
+
+
+def named_tests(data: dict) -> set[str]:
+    """Every pytest node id the Kubernetes matrix names: its cells' and matrix_only's (tools/legs.py)."""
+    cells = {
         test
         for feature in data["features"]
         for cell in feature["cells"].values()
         for test in cell.get("tests", ())
     }
+    return cells | set(data.get("matrix_only") or ())
 
 
 def collected(files: list[str]) -> set[str]:

@@ -151,3 +151,26 @@ def test_the_releases_are_the_ones_the_lab_builds():
     built = re.search(r"^KUBE_VERSIONS=(.+)$", env, re.M).group(1).split(",")
     assert sorted(DATA["releases"]) == sorted(built)
     assert matrix.default_release() in DATA["releases"]
+
+
+def test_matrix_only_names_cell_tests_and_is_collected():
+    slow = DATA["matrix_only"]
+    assert slow and set(slow) <= matrix.named_tests(DATA)
+    data = small(
+        **{
+            "1.40.1": {"state": "proven", "tests": [EXISTING]},
+            "1.39.2": {
+                "state": "not supported",
+                "reason": "r",
+                "tests": ["tests/integration/test_x.py::test_y"],
+            },
+        }
+    )
+    assert matrix.problems(data) == []
+    data["matrix_only"] = [EXISTING, "tests/integration/test_x.py::test_y"]
+    assert matrix.problems(data) == [
+        "matrix_only names tests/integration/test_x.py::test_y, which no proven or refused cell names"
+    ]
+    data["matrix_only"] = [f"{EXISTING}_gone"]
+    data["features"][0]["cells"]["1.39.2"] = {"state": "proven", "tests": [f"{EXISTING}_gone"]}
+    assert matrix.missing_tests(data) == [f"{EXISTING}_gone"]
