@@ -76,6 +76,8 @@ OPERATOR_PLUGIN_HARDENING_ENV = (("DEVICE_LIST_STRATEGY", "volume-mounts"),)
 # with the object it describes, and gpusplit's own apply owns it (a ConfigMap would sit in a namespace the unsplit
 # may delete, and could outlive or miss the ClusterPolicy)
 ANNOTATION_ORIGINAL = "gpusplit.io/original-spec"
+# the record's entry naming the Helm release gpusplit installed the operator with: what proves the release its own
+RECORD_INSTALLED = "installed"
 # the spec fields gpusplit may own, in the order owned_spec sets them; env lists: the names it sets there
 OWNED_FIELDS = (
     (("toolkit", "env"), TOOLKIT_HARDENING_ENV),
@@ -333,6 +335,26 @@ def owned_spec(live, settings, strategy, manager, mig_config_name=None):
     return out, notes
 
 
+def recorded_install(record):
+    """``(namespace, release)`` of the record's :data:`RECORD_INSTALLED` entry; None: none, or unreadable."""
+    entry = (record or {}).get(RECORD_INSTALLED)
+    pair = (entry.get("namespace"), entry.get("release")) if isinstance(entry, dict) else ()
+    return pair if pair and all(isinstance(v, str) and v for v in pair) else None
+
+
+def install_marker(helm_release, clusterpolicies_before):
+    """The record's :data:`RECORD_INSTALLED` entry where gpusplit's Helm call installed the operator: ``helm_release``
+    (``{"namespace", "release"}`` of the chart it ran) when no ClusterPolicy was in the cluster before it; None
+    otherwise (a release that was there before stays unproven)."""
+    if not isinstance(helm_release, dict) or clusterpolicies_before:
+        return None
+    if recorded_install({RECORD_INSTALLED: helm_release}) is None:
+        raise OperatorError(
+            f"helm_release {helm_release!r}: give the namespace and release the chart was installed as"
+        )
+    return {"namespace": helm_release["namespace"], "release": helm_release["release"]}
+
+
 def read_original(obj):
     """The record of :data:`ANNOTATION_ORIGINAL` on ``obj``: ``({field: entry}, problem)``; ``({}, None)`` where there
     is none, ``({}, why)`` where it cannot be read."""
@@ -348,16 +370,20 @@ def read_original(obj):
     return record, None
 
 
-def original_record(live, spec, manager):
+def original_record(live, spec, manager, installed=None):
     """The record gpusplit keeps on the ClusterPolicy, as annotation text, for the fields of ``spec`` it applies.
 
     Per field (``toolkit.env``, ...): ``before`` is what the live ClusterPolicy held before gpusplit first set it
     (None: absent), kept from the record already there; ``unknown`` where gpusplit owned the field before it kept a
-    record (the live value may be its own); ``wrote`` is what this apply sends.
+    record (the live value may be its own); ``wrote`` is what this apply sends. :data:`RECORD_INSTALLED`:
+    ``installed`` (:func:`install_marker`), else the entry already there, kept.
     """
     record, _problem = read_original(live)
     owned = owned_field_paths(live, manager)
     out = {}
+    kept = recorded_install(record)
+    if installed or kept:
+        out[RECORD_INSTALLED] = installed or dict(zip(("namespace", "release"), kept, strict=True))
     for path, _env in OWNED_FIELDS:
         sent = dig(spec, *path)
         if sent is None:
@@ -452,12 +478,15 @@ def _require_inputs(**given):
         raise OperatorError(errors)
 
 
-def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None, nodes=None, daemonsets=None):
+def operator_config(
+    plan, mig_configs=None, clusterpolicies=None, settings=None, nodes=None, daemonsets=None, installed=None
+):
     """What the role gpu_operator does, decided up front. Raises OperatorError with every refusal.
 
     plan: the fleet plan; mig_configs: {host: gpusplit_mig_config}; clusterpolicies: the live
     ClusterPolicy objects (k8s_info resources); nodes: live Node objects (MIG state, labels left in
-    place); daemonsets: live DaemonSets (collisions, when stock_plugin_action is refuse).
+    place); daemonsets: live DaemonSets (collisions, when stock_plugin_action is refuse); installed: the Helm
+    release gpusplit installed the operator with (:func:`install_marker`), kept in the ClusterPolicy's record.
     Returns {helm, helm_values, clusterpolicy, objects, mig_labels, mig_strategy, operator_namespace,
     warnings, summary}.
     """
@@ -525,8 +554,8 @@ def operator_config(plan, mig_configs=None, clusterpolicies=None, settings=None,
     if live is not None:
         spec, notes = owned_spec(live, s, strategy, s["field_manager"], mig_config_name)
         warnings.extend(f"ClusterPolicy {selected['managed']}: {n}" for n in notes)
-        if spec:
-            original = original_record(live, spec, s["field_manager"])
+        if spec or installed or recorded_install(read_original(live)[0]):
+            original = original_record(live, spec, s["field_manager"], installed)
             objects.append(render_clusterpolicy(selected["managed"], spec, original))
         why = (
             "active"

@@ -19,6 +19,7 @@ the target's share: the pods in the way (``host``) and the host processes on GPU
 from __future__ import annotations
 
 import copy
+import json
 
 import yaml
 
@@ -48,6 +49,8 @@ FENCE_LABELS = (render.LABEL_SPLIT, render.LABEL_OPERATOR_DEVICE_PLUGIN)
 DRIVER_LABEL = (DEFAULT_DRIVER_SETTINGS["node_label"], DEFAULT_DRIVER_SETTINGS["node_label_value"])
 # the DeviceTaintRule version the rules are rendered in (the cluster's may be another: cluster_api_versions)
 DRA_RULES_VERSION = "resource.k8s.io/v1"
+# what gpusplit_unsplit_wait_seconds 0 does: each wait reads the cluster once
+WAIT_ZERO = "read the cluster once"
 
 
 class UnsplitError(GpusplitError):
@@ -78,9 +81,15 @@ def as_bool(value, name, errors):
     return False
 
 
-def check_settings(to=None, host_files="restore", plugin="stock", cluster=False, force=False, releases=False):
+def check_settings(
+    to=None, host_files="restore", plugin="stock", cluster=False, force=False, releases=False, wait=120
+):
     """Refuse (UnsplitError, every problem at once) settings that say no clear target; before any change."""
     errors = []
+    try:
+        wait = check_seconds(wait, "gpusplit_unsplit_wait_seconds", WAIT_ZERO)
+    except UnsplitError as exc:
+        errors.extend(exc.errors)
     cluster = as_bool(cluster, "gpusplit_unsplit_cluster", errors)
     force = as_bool(force, "gpusplit_unsplit_force", errors)
     releases = as_bool(releases, "gpusplit_unsplit_releases", errors)
@@ -115,21 +124,44 @@ def check_settings(to=None, host_files="restore", plugin="stock", cluster=False,
         "cluster": cluster,
         "force": force,
         "releases": releases,
+        "wait": wait,
     }
 
 
-def check_helm_wait(value):
-    """``gpusplit_unsplit_helm_wait_seconds`` as whole seconds (0: refuse at once); anything else refused."""
+def check_seconds(value, name, zero="refuse at once"):
+    """``value`` (setting ``name``) as whole seconds from 0 (``zero`` says what 0 does) to 86400; else refused."""
     try:
         seconds = int(str(value).strip()) if not isinstance(value, bool) else None
     except ValueError:
         seconds = None
     if seconds is None or seconds < 0 or seconds > 86400 or not str(value).strip().isascii():
         raise UnsplitError(
-            f"gpusplit_unsplit_helm_wait_seconds: {value!r} ({type_name(value)}) is not a whole number of seconds "
-            "from 0 (refuse at once) to 86400"
+            f"{name}: {value!r} ({type_name(value)}) is not a whole number of seconds from 0 ({zero}) to 86400"
         )
     return seconds
+
+
+def check_helm_wait(value):
+    """``gpusplit_unsplit_helm_wait_seconds`` as whole seconds (0: refuse at once); anything else refused."""
+    return check_seconds(value, "gpusplit_unsplit_helm_wait_seconds")
+
+
+def poll_until(read, wait_seconds, delay, sleep, clock):
+    """Calls ``read`` (what is still left; empty when done) until it answers nothing or ``wait_seconds`` of wall
+    clock (``clock``) have passed since the first call began, sleeping ``delay`` between calls but never past that
+    deadline; a read begun before it is the last (so the whole wait ends within ``wait_seconds`` plus one read,
+    however long each read takes). ``wait_seconds`` 0 reads once.
+
+    Returns ``(left, seconds)``: the last answer and the seconds the wait took.
+    """
+    start = clock()
+    deadline = start + max(0.0, float(wait_seconds))
+    while True:
+        left = read()
+        now = clock()
+        if not left or now >= deadline:
+            return left, round(now - start, 1)
+        sleep(max(0.0, min(float(delay), deadline - now)))
 
 
 def plan_nodes(plan):
@@ -499,6 +531,44 @@ def allocatable_of(node, resource="nvidia.com/gpu"):
         return int(str(value))
     except ValueError:
         return 0
+
+
+def verify_report(entries, nodes, seconds, lowest, wait_seconds, gap_before=0.0):
+    """What the verify of the nodes' allocatable says after its wait (``nodes``: the last read; ``seconds``: how
+    long it took; ``lowest``: {node: the lowest allocatable seen}; ``gap_before``: the seconds the split plugins
+    took to go, for the nodes whose split plugin went before the stock plugin started).
+
+    Returns ``{"ok", "lines", "summary", "failure"}``: ``lines`` per node; ``summary`` says settled only when every
+    node advertises what is expected (with the gap of each split-first node), else that it did not settle;
+    ``failure`` names each node left with what it advertises and what was expected (empty when ok).
+    """
+    ok, lines = verify_nodes(entries, nodes)
+    live = {((n or {}).get("metadata") or {}).get("name"): n for n in nodes or []}
+    if ok:
+        summary = [f"allocatable settled after {seconds}s; lowest seen: {json.dumps(lowest, sort_keys=True)}"]
+        first = [e["node"] for e in entries or [] if e.get("order") == "split_first"]
+        if first:
+            summary.append(
+                f"gap on {', '.join(first)} (two device plugins of one resource share one socket on a node: the "
+                f"split plugin went first): about {round(float(gap_before or 0) + seconds, 1)}s until the stock "
+                "plugin advertised the GPUs"
+            )
+        return {"ok": True, "lines": lines, "summary": summary, "failure": ""}
+    wrong = [
+        f"{e['node']} advertises {allocatable_of(live.get(e['node']), e['resource'])} {e['resource']}, "
+        f"expected {e['expected']}"
+        for e in entries or []
+        if allocatable_of(live.get(e["node"]), e["resource"]) != e["expected"]
+    ]
+    return {
+        "ok": False,
+        "lines": lines,
+        "summary": [
+            f"allocatable did not settle within {wait_seconds}s (gpusplit_unsplit_wait_seconds; the wait took "
+            f"{seconds}s): {'; '.join(wrong)}; lowest seen: {json.dumps(lowest, sort_keys=True)}"
+        ],
+        "failure": f"After {seconds}s allocatable did not settle: {'; '.join(wrong)}.",
+    }
 
 
 def verify_nodes(entries, nodes):

@@ -7,6 +7,8 @@ deleted. Ownership is proven by gpusplit's label (objects) or field manager (nod
 
 from __future__ import annotations
 
+import json
+
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     APP_NAME,
     LABEL_MANAGED_BY,
@@ -235,7 +237,14 @@ def clusterpolicy_plan(clusterpolicies, field_manager="gpusplit"):
         has_note = operator.ANNOTATION_ORIGINAL in (
             ((cp or {}).get("metadata") or {}).get("annotations") or {}
         )
-        if not has_note and not owned:
+        installed = operator.recorded_install(record)
+        fields = [
+            path
+            for path, _env in operator.OWNED_FIELDS
+            if ".".join(path) in record or ("spec", *path) in owned
+        ]
+        if (not has_note and not owned) or (installed and not fields and not problem):
+            # nothing of gpusplit's, or only the mark of its install (it stays, for gpusplit_unsplit_releases)
             continue
         if problem:
             lines.append(
@@ -278,11 +287,26 @@ def clusterpolicy_plan(clusterpolicies, field_manager="gpusplit"):
                 node[path[-1]] = keep
         if spec:
             restore.append(_clusterpolicy(name, spec=spec))
-        release.append(_clusterpolicy(name))
+        if installed:
+            # the mark of gpusplit's install stays until its release goes (with the ClusterPolicy)
+            mark = {operator.RECORD_INSTALLED: {"namespace": installed[0], "release": installed[1]}}
+            note = json.dumps(mark, sort_keys=True, separators=(",", ":"))
+            release.append(
+                _clusterpolicy(
+                    name, metadata={"name": name, "annotations": {operator.ANNOTATION_ORIGINAL: note}}
+                )
+            )
+            gone = (
+                f"; annotation {operator.ANNOTATION_ORIGINAL} keeps only the Helm release gpusplit installed "
+                f"({installed[0]}/{installed[1]}), gpusplit's field manager only that"
+            )
+        else:
+            release.append(_clusterpolicy(name))
+            gone = f"; annotation {operator.ANNOTATION_ORIGINAL} and gpusplit's field manager removed"
         lines.append(
             f"whole cluster: ClusterPolicy {name}: "
             + "; ".join(said or ["no field of gpusplit's left"])
-            + f"; annotation {operator.ANNOTATION_ORIGINAL} and gpusplit's field manager removed"
+            + gone
         )
     return {"restore": restore, "release": release, "manager": RESTORE_MANAGER, "lines": lines}
 
@@ -307,17 +331,19 @@ def _release_values(info):
     return values if values is not None else status.get("values")
 
 
-def releases_plan(releases, uninstall=False):
+def releases_plan(releases, uninstall=False, clusterpolicies=()):
     """Which Helm releases ``gpusplit_unsplit_cluster: true`` uninstalls (``uninstall``: gpusplit_unsplit_releases,
     checked by unsplit.check_settings), and what is said of each.
 
     ``releases``: kubernetes.core.helm_info's results, each with the ``item`` it read (``{"chart": "dra" |
     "operator", "namespace", "name"}``). A DRA driver release is gpusplit's when its values select the kubelet plugin by
-    ``gpusplit.io/mode=dra`` (the values gpusplit installs it with); a GPU Operator release carries no such mark and
-    is never proven gpusplit's. A release not proven gpusplit's is listed and left; one not installed is not said.
+    ``gpusplit.io/mode=dra`` (the values gpusplit installs it with); a GPU Operator release when a ClusterPolicy's
+    record (``clusterpolicies``, gpu_operator.RECORD_INSTALLED) names it, written where the role gpu_operator
+    installed the chart itself. A release not proven gpusplit's is listed and left; one not installed is not said.
 
     Returns ``{"uninstall": [{"namespace", "name"}], "lines"}``.
     """
+    marked = {operator.recorded_install(operator.read_original(cp)[0]) for cp in clusterpolicies or []}
     out, lines = [], []
     for rel in releases or []:
         info = rel or {}
@@ -331,24 +357,29 @@ def releases_plan(releases, uninstall=False):
                 lines.append(f"{where}: could not be read ({info.get('msg') or 'no reason given'}), left")
             continue
         if item.get("chart") != "dra":
-            lines.append(
-                f"{where} (GPU Operator): not proven gpusplit's (its values carry no mark of gpusplit's install), "
-                f"left: helm uninstall -n {ns} {name} if it is no longer wanted"
-            )
-            continue
-        selector = _dig_dict(_release_values(info), "kubeletPlugin", "nodeSelector")
-        if not isinstance(selector, dict) or any(selector.get(k) != v for k, v in DRA_SELECTOR.items()):
-            lines.append(
-                f"{where} (DRA driver): not proven gpusplit's (its values do not select the kubelet plugin by "
-                f"{LABEL_MODE}=dra), left"
-            )
-            continue
+            kind = "GPU Operator"
+            if (ns, name) not in marked:
+                lines.append(
+                    f"{where} ({kind}): not proven gpusplit's (no ClusterPolicy's annotation "
+                    f"{operator.ANNOTATION_ORIGINAL} names it as installed by gpusplit), "
+                    f"left: helm uninstall -n {ns} {name} if it is no longer wanted"
+                )
+                continue
+        else:
+            kind = "DRA driver"
+            selector = _dig_dict(_release_values(info), "kubeletPlugin", "nodeSelector")
+            if not isinstance(selector, dict) or any(selector.get(k) != v for k, v in DRA_SELECTOR.items()):
+                lines.append(
+                    f"{where} ({kind}): not proven gpusplit's (its values do not select the kubelet plugin by "
+                    f"{LABEL_MODE}=dra), left"
+                )
+                continue
         if uninstall:
             out.append({"namespace": ns, "name": name})
-            lines.append(f"{where} (DRA driver, gpusplit's): uninstalled once the nodes are verified")
+            lines.append(f"{where} ({kind}, gpusplit's): uninstalled once the nodes are verified")
         else:
             lines.append(
-                f"{where} (DRA driver, gpusplit's): left: helm uninstall -n {ns} {name}, "
+                f"{where} ({kind}, gpusplit's): left: helm uninstall -n {ns} {name}, "
                 "or run again with gpusplit_unsplit_releases=true"
             )
     return {"uninstall": out, "lines": lines}

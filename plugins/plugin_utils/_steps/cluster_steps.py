@@ -356,7 +356,8 @@ def operator_config(inputs, context):
     warnings), decided up front with every refusal at once. Each planned host's gpusplit_mig_config comes from
     the inventory, the split plugins' hardening from their settings as they are rendered.
 
-    inputs: plan, settings (the role's), plugin_settings, clusterpolicies, nodes, daemonsets.
+    inputs: plan, settings (the role's), plugin_settings, clusterpolicies, nodes, daemonsets; after gpusplit's Helm
+    install: helm_release ({namespace, release}) and clusterpolicies_before (the record then names the release).
     """
     plan = mapping_input(inputs, "plan")
     settings = dict(mapping_input(inputs, "settings"))
@@ -369,6 +370,9 @@ def operator_config(inputs, context):
         settings,
         inputs.get("nodes"),
         inputs.get("daemonsets"),
+        installed=gpu_operator.install_marker(
+            inputs.get("helm_release"), inputs.get("clusterpolicies_before")
+        ),
     )
     return {"config": config}
 

@@ -14,6 +14,7 @@ is named without Python's own text. Every step runs with the cyclic garbage coll
 from __future__ import annotations
 
 import os
+import time
 import traceback
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
@@ -69,14 +70,26 @@ class StepContext:
 
     ``hostvars``/``groups``: the play's (a mapping of host to variables, of group to hosts); ``run_module``:
     ``(name, args) -> result``, a module run through ansible-core (the steps that wait on the cluster);
-    ``sleep``: time.sleep (a test passes its own); ``check_mode``: the task's.
+    ``sleep``: time.sleep (a test passes its own); ``clock``: seconds of wall clock (time.monotonic where
+    ``sleep`` is given, else a clock that only ``sleep`` advances, so a test's wait ends at once); ``check_mode``:
+    the task's.
     """
 
-    def __init__(self, hostvars=None, groups=None, run_module=None, sleep=None, check_mode=False):
+    def __init__(self, hostvars=None, groups=None, run_module=None, sleep=None, check_mode=False, clock=None):
         self.hostvars = hostvars if hostvars is not None else {}
         self.groups = groups if groups is not None else {}
         self.run_module = run_module
+        if sleep is None and clock is None:
+            slept = [0.0]
+
+            def sleep(seconds):
+                slept[0] += seconds
+
+            def clock():
+                return slept[0]
+
         self.sleep = sleep or (lambda seconds: None)
+        self.clock = clock or time.monotonic
         self.check_mode = check_mode
 
 

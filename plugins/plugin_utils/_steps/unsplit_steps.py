@@ -5,8 +5,6 @@
 
 from __future__ import annotations
 
-import time
-
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._steps.registry import (
     connection_args,
     list_input,
@@ -27,7 +25,7 @@ verify = lazy("module_utils._split.verify")
 def unsplit_settings(inputs, context):
     """``settings``: the unsplit's settings, checked (a missing or unknown target refused before any change).
 
-    inputs: to, host_files, plugin, cluster, force, releases.
+    inputs: to, host_files, plugin, cluster, force, releases, wait (gpusplit_unsplit_wait_seconds).
     """
     return {
         "settings": unsplit.check_settings(
@@ -37,6 +35,7 @@ def unsplit_settings(inputs, context):
             inputs.get("cluster", False),
             inputs.get("force", False),
             inputs.get("releases", False),
+            inputs.get("wait", 120),
         )
     }
 
@@ -160,7 +159,9 @@ def unsplit_cluster(inputs, context):
         wide["clusterpolicy"] = unsplit_wide.clusterpolicy_plan(
             list_input(inputs, "clusterpolicies"), manager
         )
-        wide["releases"] = unsplit_wide.releases_plan(list_input(inputs, "releases"), settings["releases"])
+        wide["releases"] = unsplit_wide.releases_plan(
+            list_input(inputs, "releases"), settings["releases"], list_input(inputs, "clusterpolicies")
+        )
         out["refusals"].extend(wide["refusals"])
         out["lines"].extend(wide["lines"] + wide["clusterpolicy"]["lines"] + wide["releases"]["lines"])
     out["wide"] = wide
@@ -204,73 +205,92 @@ def _split_left(pods):
     }
 
 
+WAITED_FOR = {
+    "helm": "the Helm release still keeps its device plugin off",
+    "stock": "no device plugin gpusplit does not own runs on",
+    "split_gone": "gpusplit's split plugin pod is still on",
+}
+
+
 @step
 def unsplit_wait(inputs, context):
-    """Waits, polling every ``delay`` seconds up to ``wait_seconds``, until ``until`` holds for every node:
-    ``helm`` (the Helm release of each entry's DaemonSet lets it on the node: cluster_plan's helm_waits),
-    ``stock`` (a device-plugin pod gpusplit does not own runs there), ``split_gone`` (no pod of gpusplit's split
-    plugin is left there) or ``verify`` (allocatable is what the unsplit leaves). Returns ``ok``, ``left`` (the
-    nodes it still does not hold for), ``seconds`` (how long it took), ``lowest`` ({node: the lowest allocatable
-    seen}) and ``lines``.
+    """Waits, polling every ``delay`` seconds, until ``until`` holds for every node or ``wait_seconds`` of wall clock
+    have passed (unsplit.poll_until: a deadline, however long each read takes): ``helm`` (the Helm release of each
+    entry's DaemonSet lets it on the node: cluster_plan's helm_waits), ``stock`` (a device-plugin pod gpusplit does
+    not own runs there), ``split_gone`` (no pod of gpusplit's split plugin is left there) or ``verify``
+    (allocatable is what the unsplit leaves). Returns ``ok``, ``left`` (the nodes it still does not hold for),
+    ``seconds`` (how long it took), ``lowest`` ({node: the lowest allocatable seen}), ``lines``, and for ``verify``
+    ``summary`` and ``failure`` (unsplit.verify_report: settled only when it settled); ``msg`` when not ok.
 
-    inputs: nodes (cluster_plan's entries), until, wait_seconds, delay, kubeconfig, context.
+    inputs: nodes (cluster_plan's entries), until, wait_seconds, delay, gap_before (verify: the seconds the split
+    plugins took to go), kubeconfig, context.
     """
     entries = list_input(inputs, "nodes")
     until = inputs.get("until")
+    if until not in (*WAITED_FOR, "verify"):
+        raise unsplit.UnsplitError(
+            f"unsplit_wait: until {until!r} is not one of helm, stock, split_gone, verify"
+        )
     names = [e["node"] for e in entries]
-    wait = float(inputs.get("wait_seconds") or 0)
+    wait = (
+        unsplit.check_helm_wait(inputs.get("wait_seconds") or 0)
+        if until == "helm"
+        else unsplit.check_seconds(
+            inputs.get("wait_seconds") or 0, "gpusplit_unsplit_wait_seconds", unsplit.WAIT_ZERO
+        )
+    )
     delay = float(inputs.get("delay") or 1)
-    retries = max(1, int(wait // delay)) if wait > 0 else 0
-    start = time.monotonic()
-    lowest = {}
-    left = list(names)
-    for attempt in range(retries + 1):
+    lowest, last = {}, {"nodes": []}
+
+    def read():
         if until == "helm":
             result = context.run_module(
                 "kubernetes.core.k8s_info",
                 {"api_version": "apps/v1", "kind": "DaemonSet", **connection_args(inputs)},
             )
-            left = sorted(
+            return sorted(
                 {w["node"] for w in unsplit.helm_still_off(entries, (result or {}).get("resources"))}
             )
-            lines = []
-        elif until == "verify":
+        if until == "verify":
             result = context.run_module(
                 "kubernetes.core.k8s_info", {"api_version": "v1", "kind": "Node", **connection_args(inputs)}
             )
             nodes = [n for n in (result or {}).get("resources") or [] if n["metadata"]["name"] in names]
-            for entry in entries:
-                live = next((n for n in nodes if n["metadata"]["name"] == entry["node"]), None)
-                have = unsplit.allocatable_of(live, entry["resource"])
-                lowest[entry["node"]] = min(lowest.get(entry["node"], have), have)
-            _ok, lines = unsplit.verify_nodes(entries, nodes)
             live = {n["metadata"]["name"]: n for n in nodes}
-            left = [
+            last["nodes"] = nodes
+            for entry in entries:
+                have = unsplit.allocatable_of(live.get(entry["node"]), entry["resource"])
+                lowest[entry["node"]] = min(lowest.get(entry["node"], have), have)
+            return [
                 e["node"]
                 for e in entries
                 if unsplit.allocatable_of(live.get(e["node"]), e["resource"]) != e["expected"]
             ]
-        else:
-            result = context.run_module(
-                "kubernetes.core.k8s_info", {"api_version": "v1", "kind": "Pod", **connection_args(inputs)}
-            )
-            pods = [
-                p
-                for p in (result or {}).get("resources") or []
-                if (p.get("spec") or {}).get("nodeName") in names
-            ]
-            if until == "stock":
-                running = _stock_running(pods)
-                left = [n for n in names if n not in running]
-            else:
-                gone = _split_left(pods)
-                left = [n for n in names if n in gone]
-            lines = []
-        if not left or attempt == retries:
-            break
-        context.sleep(delay)
-    seconds = round(time.monotonic() - start, 1)
-    return {"ok": not left, "left": left, "seconds": seconds, "lowest": lowest, "lines": lines}
+        result = context.run_module(
+            "kubernetes.core.k8s_info", {"api_version": "v1", "kind": "Pod", **connection_args(inputs)}
+        )
+        pods = [
+            p for p in (result or {}).get("resources") or [] if (p.get("spec") or {}).get("nodeName") in names
+        ]
+        if until == "stock":
+            running = _stock_running(pods)
+            return [n for n in names if n not in running]
+        gone = _split_left(pods)
+        return [n for n in names if n in gone]
+
+    left, seconds = unsplit.poll_until(read, wait, delay, context.sleep, context.clock)
+    out = {"ok": not left, "left": left, "seconds": seconds, "lowest": lowest, "lines": []}
+    if until == "verify":
+        report = unsplit.verify_report(
+            entries, last["nodes"], seconds, lowest, wait, float(inputs.get("gap_before") or 0)
+        )
+        out.update(lines=report["lines"], summary=report["summary"], failure=report["failure"])
+        if left:
+            out["msg"] = report["failure"]
+    elif left:
+        out["lines"] = [f"after {seconds}s (limit {wait}s) {WAITED_FOR[until]} {', '.join(left)}"]
+        out["msg"] = out["lines"][0]
+    return out
 
 
 def _gated_kinds(api):

@@ -110,6 +110,7 @@ def test_the_settings_step_refuses_with_its_title():
             "cluster": False,
             "force": False,
             "releases": False,
+            "wait": 120,
         }
     }
 
