@@ -16,6 +16,7 @@ import time
 import uuid
 from pathlib import Path
 
+import ansible_output
 import pytest
 from ansible_output import ansible_playbook
 from test_feature_gates_rollout import (  # the rollout's helpers and its control_plane fixture
@@ -56,18 +57,13 @@ def run(playbook, *extra, ok=True):
 
 
 def changed(proc) -> dict[str, int]:
-    return {h: int(n) for h, n in re.findall(r"^(\S+)\s+: ok=\d+\s+changed=(\d+)", proc.stdout, re.M)}
+    """{host: changed} of the run's recap."""
+    return {host: counts["changed"] for host, counts in ansible_output.recap(proc.stdout).items()}
 
 
 def changed_tasks(proc) -> set[str]:
-    """The names of the tasks that reported a change."""
-    out, task = set(), None
-    for line in proc.stdout.splitlines():
-        if line.startswith("TASK ["):
-            task = line[len("TASK [") :].split("]", 1)[0]
-        elif line.startswith("changed:"):
-            out.add(task)
-    return out
+    """The names of the tasks that reported a change (on any host)."""
+    return {task.split(" -> ")[0] for task in ansible_output.changed_tasks(proc.stdout)}
 
 
 def host_root() -> Path:
