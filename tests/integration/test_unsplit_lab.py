@@ -18,6 +18,7 @@ from pathlib import Path
 
 import ansible_output
 import pytest
+import real_charts
 from ansible_output import ansible_playbook
 from test_feature_gates_rollout import (  # the rollout's helpers and its control_plane fixture
     API,
@@ -32,8 +33,13 @@ from test_feature_gates_rollout import (  # the rollout's helpers and its contro
     run_playbook,
     served,
 )
+from test_gpu_operator_chart import NS as OPERATOR_NS
+from test_gpu_operator_chart import RELEASE as OPERATOR_RELEASE
+from test_gpu_operator_chart import operator as operator_chart  # noqa: F401 (the real chart, installed by gpusplit)
+from test_gpu_operator_chart import play as operator_play
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._kubelet import pod_resources as pr
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator, unsplit_cluster
 from lab import components as C
 from lab import podresources as ps
 
@@ -507,3 +513,65 @@ def test_a_gate_set_to_absent_leaves_the_manifests_as_before_it_was_added(contro
     rc, out, _ = run_playbook({"gpusplit_feature_gates": {GATE: "absent"}})
     assert rc == 0 and recap(out)["changed"] == 0, out[-4000:]
     assert generations() == {c: n + 1 for c, n in gens.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# the GPU Operator's release gpusplit installed itself (gpu_operator.yml on a cluster without one)
+
+
+def test_the_operator_release_gpusplit_installed_is_named_in_the_clusterpolicy_and_proven_its_own(
+    operator_chart,  # noqa: F811 (the fixture)
+    kubectl,
+):
+    operator_play(kubectl, operator_chart)  # no ClusterPolicy before: gpusplit installs the real chart
+    [cp] = kubectl.json("get", "clusterpolicies")["items"]
+    record = json.loads(cp["metadata"]["annotations"][gpu_operator.ANNOTATION_ORIGINAL])
+    assert record[gpu_operator.RECORD_INSTALLED] == {"namespace": OPERATOR_NS, "release": OPERATOR_RELEASE}
+    assert "toolkit.env" in record  # the fields' record beside it
+    # the re-run (helm runs again over the ClusterPolicy that is there now) keeps the mark and writes nothing
+    version = cp["metadata"]["resourceVersion"]
+    again = operator_play(kubectl, operator_chart)
+    assert ansible_output.recap(again.stdout)["localhost"]["changed"] == 0, again.stdout[-5000:]
+    [cp] = kubectl.json("get", "clusterpolicies")["items"]
+    assert cp["metadata"]["resourceVersion"] == version
+    # what the whole-cluster unsplit decides from the live release and ClusterPolicy: gpusplit's, uninstalled
+    # only with gpusplit_unsplit_releases
+    [row] = real_charts.releases(OPERATOR_NS)
+    info = {"item": {"chart": "operator", "namespace": OPERATOR_NS, "name": OPERATOR_RELEASE}, "status": row}
+    listed = unsplit_cluster.releases_plan([info], False, [cp])
+    assert (
+        listed["uninstall"] == [] and "(GPU Operator, gpusplit's): left: helm uninstall" in listed["lines"][0]
+    )
+    assert unsplit_cluster.releases_plan([info], True, [cp])["uninstall"] == [
+        {"namespace": OPERATOR_NS, "name": OPERATOR_RELEASE}
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# gpusplit_unsplit_force: the cluster side of a host the run did not reach
+
+
+def test_force_takes_back_the_cluster_side_of_a_host_the_run_did_not_reach(split_node, kubectl, tmp_path):
+    # lab-dgx-01's GPUs cannot be read (its discovery fails: not reached); lab-h200-01 (not split) is in the run
+    # too, as a run whose every host fails ends at the discovery
+    def unreadable(hosts):
+        hosts[NODE]["gpusplit_lab_fixture"] = "no-such-fixture"
+
+    inventory = ansible_output.inventory_copy(tmp_path, unreadable)
+    files = host_files()
+    args = ("-e", f"gpusplit_hosts={NODE},lab-h200-01", "-e", "gpusplit_unsplit_to=kubernetes")
+    args += ("-e", "gpusplit_unsplit_plugin=none")
+
+    left = ansible_playbook("unsplit.yml", inventory, *args)
+    said = " ".join(left.stdout.split())
+    assert f"{NODE}: not reached (unreachable, or its discovery failed): left as it is" in said, said[-4000:]
+    assert split_daemonsets(kubectl) and gpusplit_labels(kubectl)["gpusplit.io/split"] == "true"
+    assert host_files() == files
+
+    forced = ansible_playbook("unsplit.yml", inventory, *args, "-e", "gpusplit_unsplit_force=true")
+    said = " ".join(forced.stdout.split())
+    assert f"host {NODE} not reached, taken back anyway (gpusplit_unsplit_force)" in said, said[-4000:]
+    assert "its host files left as they are" in said
+    assert changed(forced).get(NODE, 0) == 0  # nothing ran on the host
+    assert not split_daemonsets(kubectl) and gpusplit_labels(kubectl) == {}
+    assert host_files() == files  # gpusplit's files stay on a host that was not reached
