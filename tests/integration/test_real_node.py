@@ -936,18 +936,25 @@ def test_site_yml_takes_the_real_node_over_from_a_stock_plugin(
     share = len(gpus) - 1  # host_count 1
     assert node.status()["kubelet_version"] == f"v{kubelet_at}"
     kubectl.wait_for(lambda: not gpu_pods_on_the_node(kubectl), timeout=180, what="no GPU pod on the node")
-    kubectl("apply", "-f", "-", stdin=json.dumps(stock_daemonset(excluded=False)))
 
     def allocatable() -> int:
         return int(core_api.read_node(node.NAME).status.allocatable.get("nvidia.com/gpu", "0"))
 
+    # an earlier test's plugin stays in the node's status until the kubelet's next status update
+    kubectl.wait_for(lambda: allocatable() == 0, timeout=90, what="no plugin's GPU left in the node's status")
+    kubectl("apply", "-f", "-", stdin=json.dumps(stock_daemonset(excluded=False)))
+
+    def stock_registered() -> bool:
+        pods = stock_pods(kubectl)
+        return (
+            len(pods) == 1
+            and "registered nvidia.com/gpu with the kubelet"
+            in kubectl("-n", "kube-system", "logs", pods[0]["metadata"]["name"], check=False).stdout
+        )
+
+    kubectl.wait_for(stock_registered, timeout=120, what="the stock plugin to register with the real kubelet")
     kubectl.wait_for(
         lambda: allocatable() == len(gpus), timeout=120, what="every GPU advertised by the stock plugin"
-    )
-    (stock,) = stock_pods(kubectl)
-    assert (
-        "registered nvidia.com/gpu with the kubelet"
-        in kubectl("-n", "kube-system", "logs", stock["metadata"]["name"]).stdout
     )
 
     split_key, split_value = SPLIT_NODE_LABEL.split("=")
