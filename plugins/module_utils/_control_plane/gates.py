@@ -364,7 +364,7 @@ def catalog_rows(version) -> list[dict]:
 
 
 def markdown_table() -> str:
-    """gpusplit's gates as a Markdown table (docs/feature-gates.md embeds it; a unit test keeps them equal)."""
+    """gpusplit's gates as a Markdown table (docs/dev/gate-catalog.md embeds it; a unit test keeps them equal)."""
 
     def cell(name, minor):
         spec = spec_at(name, minor)
