@@ -1031,8 +1031,14 @@ def up(timeout: float = 180) -> str:
         started.append("kubelet")
     wait_for(f"{NAME} registered by its kubelet", lambda: node_object() is not None, timeout, "kubelet")
     set_address()
-    wait_for(f"the kubelet of {NAME}", node_ready, timeout, "kubelet")
     release = running_kubelet_release()
+    # a node object outlives its kubelet, Ready included: the running kubelet's release in its status is this kubelet's
+    wait_for(
+        f"the kubelet {release} of {NAME}",
+        lambda: node_kubelet_version() == release and node_ready(),
+        timeout,
+        "kubelet",
+    )
     return f"{NAME} Ready, kubelet {release} ({', '.join(started) + ' started' if started else 'already running'})"
 
 
