@@ -138,7 +138,28 @@ def kube_tests(release: str, root: Path = ROOT, files=KUBE_LEG_FILES) -> tuple[l
             whole = test.split("::", 1)[0] in run
             if test not in run and not whole and test not in slow:
                 run.append(test)
-    return run, [test for test in slow if test.split("::", 1)[0] in files]
+    return in_file_order(run, root), [test for test in slow if test.split("::", 1)[0] in files]
+
+
+def in_file_order(tests: list[str], root: Path = ROOT) -> list[str]:
+    """The node ids of each file in the order the file defines them, the files in first-named order.
+
+    pytest runs node ids in the order given, and a lab test file's tests build on each other's state
+    in the order they are written (test_resplit_lab.py's PodDisruptionBudget test before its evict).
+    """
+    files: dict[str, list[str]] = {}
+    for test in tests:
+        files.setdefault(test.split("::", 1)[0], []).append(test)
+
+    def place(test: str) -> int:
+        path, _, name = test.partition("::")
+        if not name:
+            return -1
+        text = (root / path).read_text(encoding="utf-8") if (root / path).is_file() else ""
+        found = text.find(f"def {name.split('[', 1)[0]}(")
+        return found if found >= 0 else len(text)
+
+    return [test for group in files.values() for test in sorted(group, key=place)]
 
 
 def pin(leg: dict, name: str) -> str:

@@ -226,3 +226,28 @@ def test_build_runs_lab_build_sh_per_release_and_names_a_failure():
     assert legs.build_kube_legs(every, legs.kube_legs(), run=run, log=said.append) == 1
     assert calls == [([str(ROOT / "lab" / "build.sh"), "kube"], leg["kube"]) for leg in legs.kube_legs()]
     assert said == [f"[{every[-1]['name']}] FAILED: lab/build.sh kube: exit status 2"]
+
+
+def test_the_tests_of_a_file_run_in_the_order_it_defines_them(tmp_path):
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "test_a.py").write_text(
+        "def test_first():\n    pass\n\n\ndef test_second():\n    pass\n"
+    )
+    (tmp_path / "t" / "test_b.py").write_text("def test_only():\n    pass\n")
+    given = [
+        "t/test_b.py::test_only",
+        "t/test_a.py::test_second",
+        "t/test_a.py::test_first[x]",
+        "t/test_c.py",
+    ]
+    assert legs.in_file_order(given, tmp_path) == [
+        "t/test_b.py::test_only",
+        "t/test_a.py::test_first[x]",
+        "t/test_a.py::test_second",
+        "t/test_c.py",
+    ]
+    # the project's: the PodDisruptionBudget test comes before evict, as in test_resplit_lab.py
+    run, _ = legs.kube_tests(legs.kube_legs()[0]["kube"])
+    pdb = "tests/integration/test_resplit_lab.py::test_a_pdb_blocks_evict_and_nothing_changes"
+    evict = "tests/integration/test_resplit_lab.py::test_evict_takes_exactly_that_pod_then_the_node_verifies"
+    assert run.index(pdb) < run.index(evict)
