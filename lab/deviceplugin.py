@@ -32,11 +32,12 @@ from __future__ import annotations
 import json
 import posixpath
 import time
+from pathlib import Path
 
 import yaml
 from kubernetes import client, config
 
-from lab.components import KUBECONFIG
+from lab.components import KUBECONFIG, LAB
 from lab.nodes import FIXTURE_LABEL, FIXTURES, OWN_UUIDS_LABEL, own_uuids
 
 RESOURCE = "nvidia.com/gpu"
@@ -46,32 +47,39 @@ CONFLICT = "gpusplit.io/lab-device-plugin-conflict"
 PLUGIN_IMAGE_HINT = "k8s-device-plugin"
 
 
-# fixture name -> ((mtime_ns, size), the GPUs): the simulators read every node's fixture on every tick
+# fixture path -> ((mtime_ns, size), the GPUs): the simulators read every node's fixture on every tick
 _FIXTURE_CACHE: dict[str, tuple[tuple[int, int], list[dict]]] = {}
+# a node's own copy of its fixture, <lab dir>/node-fixtures/<node>.json, wins over the shared one: a test that
+# changes a node's GPUs (the nvidia-mig-parted stand-in writes the fixture) gives that node a copy, so the
+# other nodes of the same fixture keep theirs
+NODE_FIXTURES = LAB / "node-fixtures"
 
 
-def fixture_gpus(fixture: str) -> list[dict]:
-    """The GPUs of a fixture that a plugin could see (not lost), read again only when the file changed."""
-    path = FIXTURES / f"{fixture}.json"
+def fixture_gpus(fixture: str, path: Path | None = None) -> list[dict]:
+    """The GPUs of a fixture (``path``, or the shared one of that name) that a plugin could see (not lost),
+    read again only when the file changed."""
+    path = path or FIXTURES / f"{fixture}.json"
     try:
         st = path.stat()
     except FileNotFoundError:
         return []
     stamp = (st.st_mtime_ns, st.st_size)
-    cached = _FIXTURE_CACHE.get(fixture)
+    cached = _FIXTURE_CACHE.get(str(path))
     if cached is None or cached[0] != stamp:
         doc = json.loads(path.read_text())
         gpus = [] if doc.get("nvml_init_error") or doc.get("smi_no_driver") else doc.get("gpus", [])
         cached = (stamp, [g for g in gpus if not g.get("lost")])
-        _FIXTURE_CACHE[fixture] = cached
+        _FIXTURE_CACHE[str(path)] = cached
     return [dict(g) for g in cached[1]]
 
 
 def node_gpus(node: dict) -> list[dict]:
-    """The GPUs of a lab node: its fixture's (fixture_gpus), under UUIDs of the node's own when it is labelled
-    OWN_UUIDS_LABEL (the fleet bench's hosts share fixtures, not GPUs)."""
+    """The GPUs of a lab node: its own fixture copy's where it has one (NODE_FIXTURES), else its fixture's
+    (fixture_gpus), under UUIDs of the node's own when it is labelled OWN_UUIDS_LABEL (the fleet bench's hosts
+    share fixtures, not GPUs)."""
     labels = node["metadata"]["labels"]
-    gpus = fixture_gpus(labels[FIXTURE_LABEL])
+    own = NODE_FIXTURES / f"{node['metadata']['name']}.json"
+    gpus = fixture_gpus(labels[FIXTURE_LABEL], own if own.is_file() else None)
     if labels.get(OWN_UUIDS_LABEL) == "true":
         gpus = json.loads(own_uuids(json.dumps(gpus), node["metadata"]["name"]))
     return gpus

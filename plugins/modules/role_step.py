@@ -53,6 +53,7 @@ options:
       - isolation_rules
       - isolation_rules_of_gpu
       - isolation_targets
+      - mig_apply
       - operator_config
       - operator_settle_wait
       - resplit_diff
@@ -130,6 +131,7 @@ STEPS = (
     "isolation_rules",
     "isolation_rules_of_gpu",
     "isolation_targets",
+    "mig_apply",
     "operator_config",
     "operator_settle_wait",
     "resplit_diff",

@@ -19,17 +19,34 @@ and says what to run, or why not; reading the GPUs and running the tool are the 
 
 from __future__ import annotations
 
-from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
+import json
+import posixpath
+
+from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.mig_geometry import (
     layout_name,
     mig_parted_layout,
 )
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.split_render import render_split_daemonset
 
 TOOL = "nvidia-mig-parted"
 INSTALL_HINT = (
     "install NVIDIA's nvidia-mig-parted on the host (the release packages or the container image of "
     "https://github.com/NVIDIA/mig-parted, whose README says how) so that it is on the PATH"
 )
+
+
+# gpusplit's own mig-parted config on the host, and the drop-in that makes nvidia-mig-manager.service (the
+# systemd service of mig-parted's deployments/systemd, which applies its selected config at boot) apply it
+CONFIG_PATH = "/etc/gpusplit/mig-parted.yaml"
+SERVICE = "nvidia-mig-manager.service"
+DROPIN_PATH = f"/etc/systemd/system/{SERVICE}.d/gpusplit.conf"
+
+
+class MigApplyError(GpusplitError):
+    """The MIG apply refused: the GPUs read just before it, the plan, or the processes on them."""
+
+    title = "MIG geometry"
 
 
 def missing_tool(host):
@@ -41,6 +58,68 @@ def config_document(node_plan):
     """(selected config name, the mig-parted config with only that entry) for ``node_plan``'s geometry."""
     name = layout_name(node_plan["node"])
     return name, {"version": "v1", "mig-configs": {name: mig_parted_layout(node_plan)}}
+
+
+def config_text(document):
+    """The text of the config file: JSON, which is YAML too (mig-parted reads its config as YAML)."""
+    return json.dumps(document, indent=2, sort_keys=True) + "\n"
+
+
+def dropin_text(selected, config_path=CONFIG_PATH):
+    """The drop-in of nvidia-mig-manager.service: the variables of nvidia-mig-parted's -f and -c flags
+    (MIG_PARTED_CONFIG_FILE, MIG_PARTED_SELECTED_CONFIG), so the service applies this config at boot."""
+    return (
+        "# gpusplit: the MIG geometry of this node's Kubernetes share (gpusplit_mig_geometry); the host's GPUs\n"
+        "# are in no entry of the config, so nvidia-mig-parted leaves them alone\n"
+        "[Service]\n"
+        f'Environment="MIG_PARTED_CONFIG_FILE={config_path}"\n'
+        f'Environment="MIG_PARTED_SELECTED_CONFIG={selected}"\n'
+    )
+
+
+def host_step(node_plan, gpus_now, root="/", plugin_settings=None):
+    """What gpu_host's entry point mig does on the host of ``node_plan``: ``gpus_to_change`` (decide's changes,
+    empty: nothing to run), the files to keep there (``config_path``/``config_text``, ``dropin_path``/
+    ``dropin_text``, under ``root``), the ``argv`` of the apply, ``missing_tool`` (the refusal where the host
+    lacks it) and the node's split plugin pods (``plugin_namespace``, ``plugin_selector``: restarted after the
+    apply, since the plugin lists its devices when it starts). Raises MigApplyError with every refusal of
+    :func:`decide`."""
+    if not isinstance(node_plan, dict):
+        raise MigApplyError(
+            f"plan: expected the node's plan (fleet_plan's nodes[<host>]), got {type_name(node_plan)}"
+        )
+    if not isinstance(gpus_now, list):
+        raise MigApplyError(f"gpus: expected the GPUs read on the host (a list), got {type_name(gpus_now)}")
+    if not isinstance(root, str) or not root.startswith("/"):
+        raise MigApplyError(f"root (gpusplit_host_root): expected an absolute path, got {root!r}")
+    got = decide(node_plan, gpus_now)
+    if got["errors"]:
+        raise MigApplyError(got["errors"])
+    if got["config"] is None:
+        return {"gpus_to_change": [], "config_path": None, "argv": []}
+    config_path = posixpath.join(root, CONFIG_PATH.lstrip("/"))
+    host = node_plan.get("host") or node_plan["node"]
+    daemonset = render_split_daemonset(node_plan, plugin_settings)
+    labels = daemonset["spec"]["selector"]["matchLabels"]
+    return {
+        "plugin_namespace": daemonset["metadata"]["namespace"],
+        "plugin_selector": ",".join(f"{k}={labels[k]}" for k in sorted(labels)),
+        "gpus_to_change": got["changes"],
+        "selected": got["selected"],
+        "config_path": config_path,
+        "config_text": config_text(got["config"]),
+        "dropin_path": posixpath.join(root, DROPIN_PATH.lstrip("/")),
+        "dirs": [posixpath.join(root, posixpath.dirname(p).lstrip("/")) for p in (CONFIG_PATH, DROPIN_PATH)],
+        "dropin_text": dropin_text(got["selected"]),
+        "argv": [TOOL, "apply", "-f", config_path, "-c", got["selected"]],
+        "missing_tool": missing_tool(host),
+        "lines": [
+            f"{host}: GPU {c['index']} ({c['uuid']}): "
+            f"{'MIG disabled' if c['now'] == 'MIG disabled' else '[' + ', '.join(c['now']) + ']'} -> "
+            f"[{', '.join(c['want'])}]"
+            for c in got["changes"]
+        ],
+    }
 
 
 def _profiles_now(gpu):

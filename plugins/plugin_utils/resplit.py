@@ -328,7 +328,11 @@ def node_diff(
         # the plugin registers its devices under other ids (<uuid>::<n> or <uuid>): every device-plugin
         # holder of the node keeps an id the plugin no longer has
         in_the_way = [h for h in holders if h["gpu"] is not None]
-    held = {h["gpu"] for h in in_the_way}
+    mig = mig_geometry_changes(node_plan)
+    changing = {c["uuid"] for c in mig}
+    # a GPU whose MIG geometry changes loses every device the plugin registered for it (whole GPU or MIG)
+    in_the_way += [h for h in holders if h["gpu"] in changing and h not in in_the_way]
+    held = {h["gpu"] for h in in_the_way if h["gpu"] not in changing or h["gpu"] not in after}
     if before is None:
         # no live split to compare with: every held GPU that leaves the Kubernetes share moves
         to_host = [ref(u) for u in sorted(held, key=lambda u: (gpus.get(u) or {}).get("index", 0)) if u]
@@ -366,6 +370,7 @@ def node_diff(
         "to_host": to_host,
         "to_kubernetes": to_kubernetes,
         "sharing": sharing,
+        "mig": mig,
         "holders": in_the_way,
         "host_processes": host_processes,
         "host_services": list(services or []),
@@ -426,6 +431,7 @@ def resplit_diff(
             diff["to_host"]
             or diff["to_kubernetes"]
             or diff["sharing"]
+            or diff["mig"]
             or diff["holders"]
             or diff["host_processes"]
         ):
@@ -450,10 +456,22 @@ def _sharing_change(node_plan, live):
     return {"before": before, "after": after}
 
 
+def mig_geometry_changes(node_plan):
+    """The GPUs of ``node_plan`` whose MIG geometry this run changes (the plan's ``mig_changes``: mode
+    device_plugin, gpusplit_mig_geometry differing from the facts), each {uuid, index, now, want}."""
+    return [dict(c) for c in _list(node_plan.get("mig_changes"), "plan.mig_changes")]
+
+
+def _mig_text(change):
+    now = "MIG disabled" if change["now"] is None else f"[{', '.join(change['now'])}]"
+    return f"GPU {change['index']} ({change['uuid']}): {now} -> [{', '.join(change['want'])}]"
+
+
 def _may_leave(node_plan, diff):
-    """Whether a GPU may leave the node's Kubernetes share in this change: one moves to the host, or
-    there is no live split to compare with and the plan keeps some GPU out of the share."""
-    if diff["to_host"] or diff.get("sharing"):
+    """Whether a GPU may leave the node's Kubernetes share in this change (or lose its devices): one moves to
+    the host, the sharing or a GPU's MIG geometry changes, or there is no live split to compare with and the
+    plan keeps some GPU out of the share."""
+    if diff["to_host"] or diff.get("sharing") or diff.get("mig"):
         return True
     gpus = node_plan.get("gpus") or []
     return diff["kubernetes_before"] is None and len(diff["kubernetes_after"]) < len(gpus)
@@ -478,6 +496,8 @@ def resplit_table(diff):
         lines.append(f"  to Kubernetes:    {_gpus_text(node['to_kubernetes'])}")
         if node.get("sharing"):
             lines.append(f"  sharing:          {node['sharing']['before']} -> {node['sharing']['after']}")
+        for change in node.get("mig") or []:
+            lines.append(f"  MIG geometry:     {_mig_text(change)}")
         for h in node["holders"]:
             owner = f", owner {h['owner']}" if h.get("owner") else ""
             via = f"claim {h['claim']}" if h.get("claim") else f"{h['resource_name']} {h['device_id']}"
@@ -511,12 +531,18 @@ def resplit_refusals(diff, policy="refuse", host_processes="refuse"):
             pods = "; ".join(
                 f"{h['namespace']}/{h['pod']} holds GPU {h['index']} ({h['gpu']})" for h in node["holders"]
             )
-            why = (
-                f"The node's sharing changes ({node['sharing']['before']} -> {node['sharing']['after']}): its device "
-                "plugin registers the GPUs under other device ids"
-                if node.get("sharing")
-                else "These GPUs leave the node's Kubernetes share"
-            )
+            if node.get("sharing"):
+                why = (
+                    f"The node's sharing changes ({node['sharing']['before']} -> {node['sharing']['after']}): its "
+                    "device plugin registers the GPUs under other device ids"
+                )
+            elif node.get("mig"):
+                why = (
+                    f"The MIG geometry changes ({'; '.join(_mig_text(c) for c in node['mig'])}): nvidia-mig-parted "
+                    "destroys the GPU's devices and makes new ones"
+                )
+            else:
+                why = "These GPUs leave the node's Kubernetes share"
             errors.append(
                 f"{node['node']}: {pods}. {why}, and the kubelet does not "
                 "take a device back from a running pod. Set gpusplit_resplit_policy=evict (evicts exactly these "

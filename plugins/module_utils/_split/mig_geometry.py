@@ -19,20 +19,23 @@ gpusplit checks the geometry against the GPUs' MIG devices in the facts. Where t
 (mode gpu_operator), its MIG manager applies it: the node gets a mig-parted config of its own
 (:func:`mig_parted_layout`, named by :func:`layout_name`) whose entries list only the Kubernetes share's
 GPUs by their index in this run's facts, so the host's GPUs are left out and never touched; a GPU whose
-MIG devices differ is a warning there (the plan counts what the GPU has now). Elsewhere a GPU whose MIG
-devices differ from the declared ones is refused, with what to run.
+MIG devices differ is a warning there (the plan counts what the GPU has now). In mode device_plugin gpusplit
+applies it on the host with nvidia-mig-parted (gpu_host, entry point mig): the plan lists such GPUs in ``mig_changes``
+and counts them with the declared profiles (:func:`count_planned`).
 Every problem is appended to ``errors``; nothing is raised here.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import type_name
+from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.scheduling import GPU_RESOURCE_PREFIXES
 
 VAR = "gpusplit_mig_geometry"
+# the device plugin's whole-GPU resource, and the prefix of its MIG resources under mig_strategy mixed
+_GPU, _MIG_PREFIX = GPU_RESOURCE_PREFIXES
 ALL = "all"
 _PROFILE_RE = re.compile(r"^([1-8])g\.([1-9][0-9]{0,3})gb(\+me)?$")
 # (product pattern, compute slices): NVIDIA MIG user guide, "Supported GPUs" and "Supported MIG Profiles"
@@ -101,6 +104,7 @@ def _fits(host, g, profiles, where, errors):
 def read_mig_geometry(host, raw, st, share_kubernetes, errors):
     """The geometry of ``host`` checked against its placed split ``st`` (planner._Split):
     {uuid: [profile, ...]} for the Kubernetes share's GPUs it names, or None without one."""
+    st.mig_changes = []  # the GPUs whose geometry this run applies (_check_applied)
     if raw is None or raw == {}:
         return None
     if not isinstance(raw, dict):
@@ -209,12 +213,13 @@ def _differs(g, profiles):
 
 
 def _check_applied(host, st, wanted, errors):
-    """A GPU whose MIG devices in the facts are not the declared ones is refused: gpusplit does not repartition.
-    The message carries the mig-parted config that would apply it to that GPU alone (by its index in this
-    run's facts, which the operator checks against the UUID on the host first: indices are not stable).
-    Under the GPU Operator (operator_managed) its MIG manager applies the node's own layout: a warning."""
+    """Each GPU whose MIG devices in the facts are not the declared ones: under the GPU Operator
+    (operator_managed) its MIG manager applies the node's own layout, a warning (the plan counts what the GPU
+    has now); in mode device_plugin gpusplit applies it on the host (gpu_host mig, plugin_utils/mig_apply.py),
+    recorded in ``st.mig_changes`` ({uuid, index, now, want}). Only modes with the split plugin get here
+    (read_mig_geometry refuses the others)."""
     by_uuid = {g.uuid: g for g in st.gpus if g.uuid}
-    for uuid, profiles in sorted(wanted.items()):
+    for uuid, profiles in sorted(wanted.items(), key=lambda item: by_uuid[item[0]].index):
         g = by_uuid[uuid]
         have = _differs(g, profiles)
         if have is None:
@@ -228,14 +233,42 @@ def _check_applied(host, st, wanted, errors):
                 "nvidia.com/mig.config.state is success"
             )
             continue
-        config = json.dumps(
-            {"version": "v1", "mig-configs": {"gpusplit": [mig_parted_entry(g.index, profiles)]}},
-            separators=(", ", ": "),
+        st.mig_changes.append(
+            {
+                "uuid": g.uuid,
+                "index": g.index,
+                "now": have if g.mig_enabled else None,
+                "want": sorted(profiles),
+            }
         )
-        errors.append(
-            f"{host}: {VAR}: GPU {g.describe()} has {now}, the inventory declares [{', '.join(profiles)}]; "
-            "gpusplit checks the geometry but does not change it. Once every process on that GPU has stopped, "
-            f"check that nvidia-smi -L still shows {g.uuid} as GPU {g.index}, then apply it to that GPU alone: "
-            f"nvidia-mig-parted apply -c gpusplit -f <file> with this file: {config}; then run this again. "
-            "Nothing was changed."
-        )
+
+
+def count_planned(plan, st, geometry):
+    """``plan`` with ``geometry`` (``mig_geometry``) and the GPUs of ``st.mig_changes`` (:func:`_check_applied`'s,
+    as ``mig_changes``) counted as they are after the apply: their MIG devices leave the resources and
+    ``kubernetes_mig_uuids`` (the apply destroys them), the declared profiles enter the resources as the device
+    plugin advertises them once it restarts. Returns ``plan``."""
+    changes = st.mig_changes
+    plan["mig_geometry"] = geometry
+    plan["mig_changes"] = [dict(c) for c in changes]
+    if not changes:
+        return plan
+
+    def resource_of(profile):
+        return _GPU if profile is None or st.mig_strategy == "single" else _MIG_PREFIX + profile
+
+    resources = dict(plan["resources"])
+    by_uuid = {g["uuid"]: g for g in plan.get("gpus") or []}
+    gone = set()
+    for change in changes:
+        for profile in change["now"] or [None]:
+            resources[resource_of(profile)] -= 1
+        gone.update(by_uuid[change["uuid"]].get("mig_uuids") or [])
+        for profile in change["want"]:
+            resources[resource_of(profile)] = resources.get(resource_of(profile), 0) + 1
+    # a resource the node advertised before stays in the plan at 0 (verify then expects none of it)
+    plan["resources"] = {k: v for k, v in sorted(resources.items()) if v or k in plan["resources"]}
+    plan["kubernetes_mig_uuids"] = [u for u in plan.get("kubernetes_mig_uuids") or [] if u not in gone]
+    if isinstance(plan.get("resource_name"), list):
+        plan["resource_name"] = [k for k, v in plan["resources"].items() if v] or plan["resource_name"]
+    return plan

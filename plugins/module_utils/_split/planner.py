@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import dns_subdomain_problem
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import mig_geometry as mig_rules
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.fleet_identity import (
     shared_gpu_problems,
     shared_node_names,
@@ -31,7 +32,6 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._split.inputs import 
     fmt_list,
     read_facts,
 )
-from ansible_collections.gpusplit.k8s.plugins.module_utils._split.mig_geometry import read_mig_geometry
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.modes import SHARE_NONE, get_mode
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.selectors import (
     product_matches,
@@ -417,12 +417,11 @@ def _plan(
             _check_minor_names(st)
         if errors:
             return None, errors
-    geometry = read_mig_geometry(host, mig_geometry, st, SHARE_KUBERNETES, errors)
+    geometry = mig_rules.read_mig_geometry(host, mig_geometry, st, SHARE_KUBERNETES, errors)
     if errors:
         return None, errors
     _final_warnings(st)
-    plan = apply_to_plan(_assemble(st, node), shared)
-    plan["mig_geometry"] = geometry
+    plan = apply_to_plan(mig_rules.count_planned(_assemble(st, node), st, geometry), shared)
     return plan, []
 
 
@@ -448,6 +447,7 @@ def _empty_plan(host, node, mode, mig_strategy):
         "dra_excluded_devices": [],
         "sharing": None,
         "mig_geometry": None,
+        "mig_changes": [],
         "warnings": [],
         "gpus": [],
     }

@@ -26,6 +26,7 @@ dra_preflight = lazy("plugin_utils._dra.preflight")
 host_play_lib = lazy("plugin_utils.host_play")
 inventory_vars = lazy("plugin_utils.inventory_vars")
 k8s_versions = lazy("module_utils._k8s.versions")
+mig_apply_lib = lazy("plugin_utils.mig_apply")
 
 
 # --------------------------------------------------------------------------------------------
@@ -65,6 +66,19 @@ def host_play(inputs, context):
         inputs.get("systemd_reload", True),
         inputs.get("toolkit_settings"),
         inputs.get("discovery"),
+    )
+
+
+@step
+def mig_apply(inputs, context):
+    """What gpu_host's entry point mig runs on the host of ``plan`` given ``gpus`` (read there just before): the GPUs
+    whose MIG geometry changes, the config and drop-in to keep there and the nvidia-mig-parted command
+    (plugin_utils/mig_apply.py host_step).
+
+    inputs: plan, gpus, root, plugin_settings.
+    """
+    return mig_apply_lib.host_step(
+        inputs.get("plan"), inputs.get("gpus"), inputs.get("root", "/"), inputs.get("plugin_settings")
     )
 
 

@@ -79,9 +79,10 @@ def test_the_geometry_is_not_refused_under_the_operator_and_says_the_mig_manager
     warnings = [w for w in node["warnings"] if w.startswith("gpusplit_mig_geometry: GPU")]
     assert len(warnings) == 2 and all("MIG manager applies it" in w for w in warnings)
     assert node["resources"]["nvidia.com/gpu"] == 6  # what the GPUs are now: whole GPUs
-    # device_plugin mode: gpusplit does not apply it (yet), the differing GPU is refused with what to run
-    with pytest.raises(Exception, match="gpusplit checks the geometry but does not change it"):
-        mixed_fleet(**{"op-a": {**MIGGED, "mode": "device_plugin"}})
+    # device_plugin mode: gpusplit applies it on the host (gpu_host, entry point mig); the plan lists the changes, no warning
+    node = mixed_fleet(**{"op-a": {**MIGGED, "mode": "device_plugin"}})["nodes"]["op-a"]
+    assert sorted(c["uuid"] for c in node["mig_changes"]) == sorted(GEOMETRY)
+    assert not [w for w in node["warnings"] if w.startswith("gpusplit_mig_geometry: GPU")]
 
 
 def test_the_mig_manager_gets_a_config_of_this_node_that_lists_only_its_kubernetes_gpus(crd_schema):

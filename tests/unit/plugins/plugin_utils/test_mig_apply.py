@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -27,10 +28,9 @@ GEOMETRY = {UUIDS[3]: ["3g.40gb", "3g.40gb"], UUIDS[2]: ["1g.10gb", "1g.10gb", "
 
 
 def node_plan(geometry=GEOMETRY):
-    # planned under the operator, where a geometry the GPUs do not have yet is not refused; decide() reads
-    # only the geometry, the GPUs' shares and indices
+    # decide() reads only the geometry, the GPUs' shares and indices
     return plan_node(
-        "gpu-a", DOC["gpus"], "gpu_operator", {"host_count": 2}, mig_strategy="mixed", mig_geometry=geometry
+        "gpu-a", DOC["gpus"], "device_plugin", {"host_count": 2}, mig_strategy="mixed", mig_geometry=geometry
     )
 
 
@@ -194,3 +194,73 @@ def test_a_plan_of_the_wrong_shape_is_refused_by_name():
     assert mig_apply.missing_tool("gpu-a").startswith(
         "gpu-a: nvidia-mig-parted was not found on the host: install NVIDIA's nvidia-mig-parted"
     )
+
+
+def test_the_host_step_keeps_the_config_and_the_boot_drop_in_and_its_command_applies_only_the_kubernetes_gpus(
+    fixture, tmp_path
+):
+    plan = node_plan()
+    assert [c["index"] for c in plan["mig_changes"]] == [2, 3]
+    got = mig_apply.host_step(plan, DOC["gpus"], str(tmp_path / "root"))
+    assert [c["index"] for c in got["gpus_to_change"]] == [2, 3]
+    assert got["config_path"] == f"{tmp_path}/root/etc/gpusplit/mig-parted.yaml"
+    assert json.loads(got["config_text"]) == mig_apply.decide(plan, DOC["gpus"])["config"]
+    assert (
+        got["dropin_path"] == f"{tmp_path}/root/etc/systemd/system/nvidia-mig-manager.service.d/gpusplit.conf"
+    )
+    assert got["dirs"] == [
+        f"{tmp_path}/root/etc/gpusplit",
+        f"{tmp_path}/root/etc/systemd/system/nvidia-mig-manager.service.d",
+    ]
+    # the drop-in names the file as the host sees it at boot, not under the scratch root
+    assert 'Environment="MIG_PARTED_CONFIG_FILE=/etc/gpusplit/mig-parted.yaml"' in got["dropin_text"]
+    assert 'Environment="MIG_PARTED_SELECTED_CONFIG=gpusplit-gpu-a"' in got["dropin_text"]
+    assert got["argv"] == ["nvidia-mig-parted", "apply", "-f", got["config_path"], "-c", "gpusplit-gpu-a"]
+    assert got["lines"] == [
+        f"gpu-a: GPU 2 ({UUIDS[2]}): MIG disabled -> [1g.10gb, 1g.10gb, 2g.20gb]",
+        f"gpu-a: GPU 3 ({UUIDS[3]}): MIG disabled -> [3g.40gb, 3g.40gb]",
+    ]
+    # the node's split plugin pods: the DaemonSet's own selector, in its namespace
+    assert got["plugin_namespace"] == "kube-system"
+    assert "gpusplit.io/node=gpu-a" in got["plugin_selector"].split(",")
+    # the role writes the config, then runs the command: the stand-in applies it to the Kubernetes GPUs only
+    Path(got["config_path"]).parent.mkdir(parents=True)
+    Path(got["config_path"]).write_text(got["config_text"])
+    env = {**os.environ, "GPUSPLIT_FAKE_NVML_FIXTURE": str(fixture)}
+    proc = subprocess.run(
+        [sys.executable, str(STANDIN), *got["argv"][1:]], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr
+    after = json.loads(fixture.read_text())["gpus"]
+    assert after[:2] == DOC["gpus"][:2] and after[4:] == DOC["gpus"][4:]
+    # the next run: the GPUs have the geometry, the plan has no change, and the step runs nothing
+    assert (
+        plan_node(
+            "gpu-a", after, "device_plugin", {"host_count": 2}, mig_strategy="mixed", mig_geometry=GEOMETRY
+        )["mig_changes"]
+        == []
+    )
+    again = mig_apply.host_step(plan, after, str(tmp_path / "root"))
+    assert again["gpus_to_change"] == [] and again["config_text"] == got["config_text"]
+
+
+def test_the_host_step_refuses_with_every_message_before_anything():
+    gpus = copy.deepcopy(DOC["gpus"])
+    gpus[2]["processes"] = [{"pid": 77, "name": "python", "in_container": False}]
+    with pytest.raises(mig_apply.MigApplyError) as exc:
+        mig_apply.host_step(node_plan(), gpus)
+    [message] = exc.value.errors
+    assert "runs host process(es) pid 77 (python)" in message
+    for args, where in (
+        (("x", []), "plan: expected the node's plan"),
+        ((node_plan(), None), "gpus: expected the GPUs read on the host"),
+        ((node_plan(), [], "relative"), "root (gpusplit_host_root): expected an absolute path"),
+    ):
+        with pytest.raises(mig_apply.MigApplyError, match=re.escape(where)):
+            mig_apply.host_step(*args)
+    # no geometry: nothing to do, no file
+    assert mig_apply.host_step({**node_plan(), "mig_geometry": None}, DOC["gpus"]) == {
+        "gpus_to_change": [],
+        "config_path": None,
+        "argv": [],
+    }

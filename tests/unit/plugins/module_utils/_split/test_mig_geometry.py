@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import PlanError, plan_node
@@ -94,18 +92,36 @@ def test_profiles_that_do_not_fit_are_refused(profiles, words):
     assert any(words in e for e in errors), errors
 
 
-def test_a_declared_geometry_the_gpu_does_not_have_is_refused_with_what_to_run():
-    [error] = refused({UUID[2]: ["1g.10gb"] * 7})
-    assert "has MIG devices [3g.40gb, 3g.40gb], the inventory declares [1g.10gb" in error
-    assert "nvidia-mig-parted apply -c gpusplit -f <file>" in error and "Nothing was changed" in error
-    assert f"check that nvidia-smi -L still shows {UUID[2]} as GPU 2" in error
-    config = json.loads(error.split("with this file: ", 1)[1].split("; then run", 1)[0])
-    assert config == {
-        "version": "v1",
-        "mig-configs": {"gpusplit": [{"devices": [2], "mig-enabled": True, "mig-devices": {"1g.10gb": 7}}]},
+def test_a_declared_geometry_the_gpu_does_not_have_is_planned_as_a_change_and_counted_as_declared():
+    before = plan(None)
+    assert before["resources"] == {"nvidia.com/gpu": 1, "nvidia.com/mig-3g.40gb": 2}
+    assert before["mig_changes"] == []
+    got = plan({UUID[2]: ["1g.10gb"] * 7, UUID[3]: ["3g.40gb", "4g.40gb"]})
+    assert got["mig_changes"] == [
+        {"uuid": UUID[2], "index": 2, "now": ["3g.40gb", "3g.40gb"], "want": ["1g.10gb"] * 7},
+        {"uuid": UUID[3], "index": 3, "now": None, "want": ["3g.40gb", "4g.40gb"]},
+    ]
+    # GPU 2's two 3g.40gb go, GPU 3 stops being a whole GPU: what the plugin advertises after the apply
+    assert got["resources"] == {
+        "nvidia.com/gpu": 0,
+        "nvidia.com/mig-1g.10gb": 7,
+        "nvidia.com/mig-3g.40gb": 1,
+        "nvidia.com/mig-4g.40gb": 1,
     }
-    [error] = refused({"all": ["3g.40gb", "3g.40gb"]})  # GPU 3 has MIG disabled
-    assert f"GPU {UUID[3]}" in error and "has MIG disabled" in error
+    assert got["resource_name"] == [
+        "nvidia.com/mig-1g.10gb",
+        "nvidia.com/mig-3g.40gb",
+        "nvidia.com/mig-4g.40gb",
+    ]
+    assert got["kubernetes_mig_uuids"] == []  # the apply destroys GPU 2's MIG devices
+    # the GPUs keep the MIG devices they have now: the re-split maps the pods holding them to the GPU
+    assert len(got["gpus"][2]["mig_uuids"]) == 2
+    # a geometry the GPUs have is no change; single counts every MIG device as nvidia.com/gpu
+    assert plan({UUID[2]: ["3g.40gb", "3g.40gb"]})["mig_changes"] == []
+    whole = [gpu(i, mig=False) for i in range(4)]
+    single = plan({UUID[3]: ["3g.40gb", "3g.40gb"]}, facts=whole, strategy="single")
+    assert single["resources"] == {"nvidia.com/gpu": 3} and len(single["mig_changes"]) == 1
+    assert "3g.40gb, 3g.40gb" not in " ".join(plan(None)["warnings"])
 
 
 def test_bad_shapes_modes_and_strategies_are_refused():

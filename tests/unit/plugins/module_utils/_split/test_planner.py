@@ -112,6 +112,7 @@ def test_plan_schema_keys():
         "dra_excluded_devices",
         "sharing",
         "mig_geometry",
+        "mig_changes",
         "warnings",
         "gpus",
     }

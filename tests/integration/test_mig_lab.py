@@ -1,0 +1,182 @@
+"""A MIG geometry change on a busy Kubernetes GPU of the lab, mode device_plugin (docs/sharing.md).
+
+lab-a100-01 (a100-mig: GPUs 0 and 1 with MIG, 2 and 3 without) keeps GPUs 0 and 1 for the host and gives 2 and
+3 to Kubernetes as whole GPUs (mig_strategy mixed); a pod on each. gpusplit_mig_geometry then gives GPU 3 two
+3g.40gb: under refuse the run stops naming the pod on GPU 3, under evict exactly that pod goes, the lab's
+nvidia-mig-parted stand-in applies the node's config to the node's own copy of the fixture (the fake NVML's
+state, which the lab's device plugin reads), and the node advertises the new MIG devices; the host's GPUs are
+as they were.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pytest
+from ansible_output import ansible_playbook, changed_tasks, inventory_copy, recap
+
+from lab import components as C
+from lab.deviceplugin import NODE_FIXTURES
+
+ROOT = Path(__file__).resolve().parents[2]
+INVENTORY = ROOT / "inventory" / "lab"
+NODE = "lab-a100-01"
+FIXTURE = ROOT / "tests" / "fixtures" / "gpus" / "a100-mig.json"
+LIMIT = ("-e", f"gpusplit_hosts={NODE}")
+MIG = "nvidia.com/mig-3g.40gb"
+
+pytestmark = pytest.mark.integration
+
+
+def run(playbook, inventory, *extra):
+    proc = ansible_playbook(playbook, inventory, *extra)
+    if proc.returncode != 0:
+        raise AssertionError(f"{playbook} failed:\n{proc.stdout[-6000:]}\n{proc.stderr[-2000:]}")
+    return proc
+
+
+def gpus_of(path: Path) -> list[dict]:
+    return sorted(json.loads(path.read_text())["gpus"], key=lambda g: g["index"])
+
+
+UUIDS = [g["uuid"] for g in gpus_of(FIXTURE)]
+
+
+def mig_inventory(tmp_path: Path, copy: Path, geometry=None) -> Path:
+    # the fixture's python on host GPU 1 is a container's in tests/fixtures/proc; here it is the host's own (a
+    # login session's cgroup), as on a host that keeps GPUs 0 and 1 for its own processes
+    proc = tmp_path / "proc"
+    (proc / "51077").mkdir(parents=True)
+    (proc / "51077" / "cgroup").write_text("0::/user.slice/user-1000.slice/session-3.scope\n")
+
+    def edit(hosts):
+        hosts[NODE].update(
+            gpusplit_mode="device_plugin",
+            gpusplit_split={"host_count": 2},
+            gpusplit_mig_strategy="mixed",
+            gpusplit_discovery_proc_root=str(proc),
+            # the node's own fixture copy, read by the fake NVML and written by the nvidia-mig-parted stand-in
+            gpusplit_discovery_environment={
+                "PYTHONPATH": str(ROOT / "tests" / "fakes"),
+                "GPUSPLIT_FAKE_NVML_FIXTURE": str(copy),
+                "PATH": f"{ROOT / 'tests' / 'fakes' / 'bin'}:{os.environ['PATH']}",
+            },
+        )
+        if geometry:
+            hosts[NODE]["gpusplit_mig_geometry"] = geometry
+
+    return inventory_copy(tmp_path, edit)
+
+
+def gpu_pod(ns: str, name: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "nodeSelector": {"kubernetes.io/hostname": NODE},
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "containers": [{"name": "c", "image": "cuda", "resources": {"limits": {"nvidia.com/gpu": "1"}}}],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def busy_node(lab, kubectl, tmp_path_factory):
+    """The node split with a pod on each of its two Kubernetes GPUs."""
+    NODE_FIXTURES.mkdir(parents=True, exist_ok=True)
+    copy = NODE_FIXTURES / f"{NODE}.json"
+    shutil.copyfile(FIXTURE, copy)
+    tmp = tmp_path_factory.mktemp("mig")
+    ns = None
+    try:
+        run("site.yml", mig_inventory(tmp / "split", copy), *LIMIT)
+        ns = kubectl.namespace(f"mig-{uuid.uuid4().hex[:6]}")
+        for i in range(2):
+            kubectl("apply", "-f", "-", stdin=json.dumps(gpu_pod(ns, f"p{i}")))
+        kubectl.wait_for(
+            lambda: (
+                sum(
+                    p["status"].get("phase") == "Running"
+                    for p in kubectl.json("-n", ns, "get", "pods")["items"]
+                )
+                == 2
+            ),
+            timeout=120,
+            what="a pod on each Kubernetes GPU",
+        )
+        yield {"copy": copy, "ns": ns, "tmp": tmp}
+    finally:
+        if ns:
+            kubectl("delete", "namespace", ns, "--wait=true", "--timeout=180s", check=False)
+        run("site.yml", INVENTORY, *LIMIT, "-e", "gpusplit_resplit_policy=evict")  # back to mode none
+        copy.unlink(missing_ok=True)
+
+
+GEOMETRY = {UUIDS[3]: ["3g.40gb", "3g.40gb"]}
+
+
+def holder_of_gpu3() -> str:
+    diff = json.loads((C.OUT / "resplit-diff.json").read_text())
+    [node] = diff["nodes"]
+    assert node["mig"] == [{"uuid": UUIDS[3], "index": 3, "now": None, "want": ["3g.40gb", "3g.40gb"]}]
+    [holder] = node["holders"]
+    assert holder["gpu"] == UUIDS[3]
+    return holder["pod"]
+
+
+def test_refuse_stops_before_any_change_naming_the_pod_on_the_gpu(busy_node, kubectl):
+    before = busy_node["copy"].read_text()
+    allocatable = kubectl.json("get", "node", NODE)["status"]["allocatable"]
+    assert allocatable["nvidia.com/gpu"] == "2" and allocatable.get(MIG, "0") == "0"
+    proc = ansible_playbook(
+        "site.yml", mig_inventory(busy_node["tmp"] / "refuse", busy_node["copy"], GEOMETRY), *LIMIT
+    )
+    assert proc.returncode != 0, proc.stdout[-3000:]
+    pod = holder_of_gpu3()
+    assert f"{busy_node['ns']}/{pod} holds GPU 3 ({UUIDS[3]}). The MIG geometry changes (GPU 3" in proc.stdout
+    assert "Nothing was changed" in proc.stdout
+    assert busy_node["copy"].read_text() == before
+    assert kubectl.json("get", "node", NODE)["status"]["allocatable"] == allocatable
+    busy_node["holder"] = pod
+
+
+def test_evict_takes_exactly_that_pod_and_the_node_advertises_the_new_mig_devices(busy_node, kubectl):
+    inventory = mig_inventory(busy_node["tmp"] / "evict", busy_node["copy"], GEOMETRY)
+    proc = run("site.yml", inventory, *LIMIT, "-e", "gpusplit_resplit_policy=evict")
+    holder = busy_node.get("holder") or holder_of_gpu3()
+    left = {p["metadata"]["name"] for p in kubectl.json("-n", busy_node["ns"], "get", "pods")["items"]}
+    assert left == {"p0", "p1"} - {holder}, left  # exactly the pod on GPU 3
+    assert f"GPU 3 ({UUIDS[3]}): MIG disabled -> [3g.40gb, 3g.40gb]" in " ".join(proc.stdout.split())
+    report = json.loads((C.OUT / "fleet-report.json").read_text())
+    [entry] = [n for n in report["nodes"] if n["name"] == NODE]
+    assert entry["verdict"] == "OK", entry
+    allocatable = kubectl.json("get", "node", NODE)["status"]["allocatable"]
+    assert (allocatable[MIG], allocatable["nvidia.com/gpu"]) == ("2", "1")
+    # the fake NVML's state: GPU 3 has its two MIG devices, the host's GPUs 0 and 1 (and GPU 2) are untouched
+    original, now = gpus_of(FIXTURE), gpus_of(busy_node["copy"])
+    assert now[:3] == original[:3]
+    assert now[3]["mig_mode"]["current"] == "enabled"
+    assert sorted(m["profile"] for m in now[3]["mig_devices"]) == ["3g.40gb", "3g.40gb"]
+    # kept on the host for the next boot: the config lists GPU 3 alone, the drop-in selects it
+    root = C.HOSTS_ROOT / NODE
+    config = json.loads((root / "etc" / "gpusplit" / "mig-parted.yaml").read_text())
+    assert config["mig-configs"] == {
+        f"gpusplit-{NODE}": [{"devices": [3], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]
+    }
+    dropin = (
+        root / "etc" / "systemd" / "system" / "nvidia-mig-manager.service.d" / "gpusplit.conf"
+    ).read_text()
+    assert f"MIG_PARTED_SELECTED_CONFIG=gpusplit-{NODE}" in dropin
+    # a second run changes nothing on the host or in the cluster; the controller's records (gpus.json, the plan,
+    # the report) change once, since the first run wrote them from the GPUs read before the apply
+    again = run("site.yml", inventory, *LIMIT)
+    records = ("Write gpus.json", "Write the fleet plan", "Write the plan diff", "Write the fleet report")
+    assert [t for t in changed_tasks(again.stdout) if not any(r in t for r in records)] == []
+    assert "PLAY [Apply the MIG geometry of the Kubernetes share]" in again.stdout
+    third = run("site.yml", inventory, *LIMIT)
+    assert all(r["changed"] == 0 for r in recap(third.stdout).values()), changed_tasks(third.stdout)
