@@ -180,3 +180,18 @@ def test_evict_takes_exactly_that_pod_and_the_node_advertises_the_new_mig_device
     assert "PLAY [Apply the MIG geometry of the Kubernetes share]" in again.stdout
     third = run("site.yml", inventory, *LIMIT)
     assert all(r["changed"] == 0 for r in recap(third.stdout).values()), changed_tasks(third.stdout)
+
+
+def test_resplit_yml_applies_a_geometry_change_in_its_batch(busy_node, kubectl):
+    geometry = {**GEOMETRY, UUIDS[2]: ["3g.40gb", "3g.40gb"]}
+    inventory = mig_inventory(busy_node["tmp"] / "resplit", busy_node["copy"], geometry)
+    run("resplit.yml", inventory, *LIMIT, "-e", "gpusplit_resplit_policy=evict")
+    assert kubectl.json("-n", busy_node["ns"], "get", "pods")["items"] == []  # the pod on GPU 2 went too
+    report = json.loads((C.OUT / "fleet-report.json").read_text())
+    [entry] = [n for n in report["nodes"] if n["name"] == NODE]
+    assert entry["verdict"] == "OK", entry
+    allocatable = kubectl.json("get", "node", NODE)["status"]["allocatable"]
+    assert (allocatable[MIG], allocatable.get("nvidia.com/gpu", "0")) == ("4", "0")
+    original, now = gpus_of(FIXTURE), gpus_of(busy_node["copy"])
+    assert now[:2] == original[:2]  # the host's GPUs
+    assert sorted(m["profile"] for m in now[2]["mig_devices"]) == ["3g.40gb", "3g.40gb"]
