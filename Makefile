@@ -82,6 +82,7 @@ lint: venv
 	$(BIN)/ruff format --check plugins tests lab tools
 	$(BIN)/ansible-lint --profile production
 	$(BIN)/antsibull-changelog lint
+	cd $(COLL_LINK) && $(CURDIR)/$(BIN)/antsibull-docs lint-collection-docs --plugin-docs .
 	$(BIN)/python tools/sanity.py
 
 # The collection tarball (ansible-galaxy collection build on a clean copy); docs/awx.md
