@@ -87,7 +87,8 @@ def render(data: dict) -> str:
     kube = ", ".join(data["matrix"]["kubernetes"])
     lines += [
         "",
-        f"Kubernetes: {kube} (the lab's control plane is built from that release). `meta/runtime.yml`",
+        f"Kubernetes: {kube} for the whole suite (the lab's default release); the other releases of",
+        "`lab/versions.env` by feature, below. `meta/runtime.yml`",
         f"asks for ansible-core `{requires_ansible(data['legs'])}`: exactly these releases. Each leg's",
         "venv is built with the first of its controller Pythons the machine has (the default leg's",
         "with the newest, the others' with the oldest), so one Python serves every leg where only one",

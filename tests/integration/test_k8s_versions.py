@@ -17,7 +17,7 @@ Kubernetes sources (plugins/module_utils/_control_plane/api_versions.py names th
   and 1.37) is held by the release's real kube-scheduler until every member fits, then bound together;
   the manifests are put back at the end;
 * gpu_pending_diagnose takes the release's kube-scheduler message apart (1.35 and 1.36 add their PostFilter's
-  words before "preemption:", which the message reader does not expect yet: a strict xfail there).
+  words before "preemption:", kept out of the reasons).
 
 On a second release these run in a lab of its own (GPUSPLIT_KUBE_VERSION=1.36.3, GPUSPLIT_LAB_DIR,
 GPUSPLIT_LAB_HOST; docs/kubernetes-versions.md says how), about three minutes once its binaries are built.
@@ -247,7 +247,7 @@ def test_the_device_taint_rule_module_writes_the_served_version_or_refuses(lab):
 POST_FILTER = {"1.35": "no new claims to deallocate", "1.36": "no new claims to deallocate", "1.37": None}
 
 
-def test_diagnose_reads_the_release_schedulers_message(lab, kubectl, request):
+def test_diagnose_reads_the_release_schedulers_message(lab, kubectl):
     """A GPU pod no node's labels match: gpu_pending_diagnose takes the release's real kube-scheduler message
     apart into its reasons and classes it a selector mismatch (one read of the cluster, as the module does)."""
     from kubernetes import config
@@ -291,18 +291,12 @@ def test_diagnose_reads_the_release_schedulers_message(lab, kubectl, request):
         said = POST_FILTER[minor()]
         # the release's wording, as read off its scheduler
         assert (f"{said}, preemption: " in text) if said else (". preemption: " in text), text
-        if said:  # strict: once the reader takes these words apart, this mark has to go
-            request.applymarker(
-                pytest.mark.xfail(
-                    strict=True,
-                    raises=AssertionError,
-                    reason=f"the message reader (_diagnose/messages.py) does not expect {said!r} before "
-                    "'preemption:': the last reason and the preemption text run together",
-                )
-            )
         parsed = parse_message(text)
         assert parsed and parsed["reasons"].get(selector, 0) >= 1, (text, parsed)
-        assert not [r for r in parsed["reasons"] if "preemption" in r or ". " in r], (text, parsed)
+        odd = [r for r in parsed["reasons"] if "preemption" in r or ". " in r or "claim" in r]
+        assert not odd, (text, parsed)
+        assert parsed["post_filter"] == ([said] if said else []), parsed
+        assert parsed["preemption"] and parsed["preemption"].startswith("0/"), parsed
         api = config.new_client_from_config(str(C.KUBECONFIG))
         report = diagnose(*module.read_cluster(api, GPU_RESOURCE_PREFIXES), namespaces=[ns])
         (entry,) = [e for e in report["pods"] if e["name"] == "nowhere"]

@@ -12,7 +12,10 @@ from __future__ import annotations
 
 import re
 
-_NODES_MSG = re.compile(r"^0/(\d+) nodes are available: (.*?)(?:\.\s+preemption:\s*(.*))?\.?\s*$", re.S)
+# the reasons end at the first full stop; PostFilter plugins' words follow it, joined by ", "
+# ("no new claims to deallocate, preemption: ..." on 1.35 and 1.36, "preemption: ..." alone on 1.37)
+_NODES_MSG = re.compile(r"^0/(\d+) nodes are available:\s*(.*?)(?:\.(?:\s+(.*))?)?\s*$", re.S)
+_PREEMPTION = "preemption:"
 _REASON_ITEM = re.compile(r"^(\d+) (.+)$")
 _GANG_MSG = re.compile(
     r"minCount \((\d+)\) (cannot be|is not yet) satisfied: (\d+) scheduled, (\d+) remaining"
@@ -21,7 +24,11 @@ _GANG_WAIT = re.compile(r"waiting for (?:minCount pods from a gang|pods's pod gr
 
 
 def parse_message(message):
-    """{total, reasons: {text: count}, preemption} of "0/N nodes are available: ..."; None if not that shape."""
+    """{total, reasons: {text: count}, preemption, post_filter} of "0/N nodes are available: ..."; None if not that shape.
+
+    ``preemption`` is the preemption plugin's words (None where it said nothing), ``post_filter`` the other
+    PostFilter plugins' messages in order.
+    """
     if not message:
         return None
     m = _NODES_MSG.match(message.strip())
@@ -32,7 +39,17 @@ def parse_message(message):
         im = _REASON_ITEM.match(item.strip())
         if im:
             reasons[im.group(2).strip()] = reasons.get(im.group(2).strip(), 0) + int(im.group(1))
-    return {"total": int(m.group(1)), "reasons": reasons, "preemption": m.group(3)}
+    post = (m.group(3) or "").strip()
+    at = post.find(_PREEMPTION)
+    preemption = post[at + len(_PREEMPTION) :].strip() if at >= 0 else None
+    others = post[:at] if at >= 0 else post
+    post_filter = [part.strip() for part in others.split(", ") if part.strip()]
+    return {
+        "total": int(m.group(1)),
+        "reasons": reasons,
+        "preemption": preemption,
+        "post_filter": post_filter,
+    }
 
 
 def parse_gang_message(message):

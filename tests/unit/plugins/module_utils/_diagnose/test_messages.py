@@ -65,3 +65,46 @@ def test_message_only_classes():
     )
     assert classify_message("something else entirely") == UNKNOWN
     assert parse_message("not a scheduler message") is None
+
+
+# kube-scheduler 1.35 and 1.36 (FitError.Error): every PostFilter plugin's words follow the reasons' full stop,
+# joined by ", "; DynamicResources says "no new claims to deallocate" whether the pod has claims or not
+POST_FILTER_136 = (  # read off the lab's kube-scheduler 1.36.3
+    "0/7 nodes are available: 1 node(s) had untolerated taint(s), 6 node(s) didn't match Pod's node "
+    "affinity/selector. no new claims to deallocate, preemption: 0/7 nodes are available: 7 Preemption is not "
+    "helpful for scheduling."
+)
+
+
+def test_other_post_filter_words_before_preemption_stay_out_of_the_reasons():
+    parsed = parse_message(POST_FILTER_136)
+    assert parsed["reasons"] == {
+        "node(s) had untolerated taint(s)": 1,
+        "node(s) didn't match Pod's node affinity/selector": 6,
+    }
+    assert parsed["post_filter"] == ["no new claims to deallocate"]
+    assert parsed["preemption"] == "0/7 nodes are available: 7 Preemption is not helpful for scheduling."
+    assert classify_message(POST_FILTER_136) == TAINT  # the selector counts only when nothing else is named
+
+
+def test_a_cpu_shortage_is_not_a_claim_because_a_post_filter_speaks_of_claims():
+    text = (
+        "0/3 nodes are available: 3 Insufficient cpu. no new claims to deallocate, preemption: 0/3 nodes are "
+        "available: 3 No preemption victims found for incoming pod."
+    )
+    assert parse_message(text)["reasons"] == {"Insufficient cpu": 3}
+    assert classify_message(text) == UNKNOWN
+
+
+def test_a_message_without_preemption_or_full_stop():
+    assert parse_message("0/3 nodes are available: 3 Insufficient nvidia.com/gpu") == {
+        "total": 3,
+        "reasons": {"Insufficient nvidia.com/gpu": 3},
+        "preemption": None,
+        "post_filter": [],
+    }
+    parsed = parse_message(
+        "0/2 nodes are available: 2 Insufficient nvidia.com/gpu. preemption: not eligible."
+    )
+    assert parsed["reasons"] == {"Insufficient nvidia.com/gpu": 2}
+    assert (parsed["preemption"], parsed["post_filter"]) == ("not eligible.", [])
