@@ -40,7 +40,10 @@ INSTALL_HINT = (
 # systemd service of mig-parted's deployments/systemd, which applies its selected config at boot) apply it
 CONFIG_PATH = "/etc/gpusplit/mig-parted.yaml"
 SERVICE = "nvidia-mig-manager.service"
-DROPIN_PATH = f"/etc/systemd/system/{SERVICE}.d/gpusplit.conf"
+# systemd applies a unit's drop-ins in the order of their names, the last assignment of a variable winning: the
+# name sorts after the package's override.conf, whose MIG_PARTED_SELECTED_CONFIG (all-disabled) it must replace
+PACKAGE_DROPIN = "override.conf"
+DROPIN_PATH = f"/etc/systemd/system/{SERVICE}.d/zz-gpusplit.conf"
 
 
 class MigApplyError(GpusplitError):

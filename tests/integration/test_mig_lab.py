@@ -169,7 +169,7 @@ def test_evict_takes_exactly_that_pod_and_the_node_advertises_the_new_mig_device
         f"gpusplit-{NODE}": [{"devices": [3], "mig-enabled": True, "mig-devices": {"3g.40gb": 2}}]
     }
     dropin = (
-        root / "etc" / "systemd" / "system" / "nvidia-mig-manager.service.d" / "gpusplit.conf"
+        root / "etc" / "systemd" / "system" / "nvidia-mig-manager.service.d" / "zz-gpusplit.conf"
     ).read_text()
     assert f"MIG_PARTED_SELECTED_CONFIG=gpusplit-{NODE}" in dropin
     # a second run changes nothing on the host or in the cluster; the controller's records (gpus.json, the plan,

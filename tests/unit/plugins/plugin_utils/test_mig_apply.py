@@ -206,8 +206,11 @@ def test_the_host_step_keeps_the_config_and_the_boot_drop_in_and_its_command_app
     assert got["config_path"] == f"{tmp_path}/root/etc/gpusplit/mig-parted.yaml"
     assert json.loads(got["config_text"]) == mig_apply.decide(plan, DOC["gpus"])["config"]
     assert (
-        got["dropin_path"] == f"{tmp_path}/root/etc/systemd/system/nvidia-mig-manager.service.d/gpusplit.conf"
+        got["dropin_path"]
+        == f"{tmp_path}/root/etc/systemd/system/nvidia-mig-manager.service.d/zz-gpusplit.conf"
     )
+    # systemd reads the drop-ins in name order: gpusplit's selection comes after the package's all-disabled
+    assert sorted([mig_apply.PACKAGE_DROPIN, got["dropin_path"].rpartition("/")[2]])[-1] == "zz-gpusplit.conf"
     assert got["dirs"] == [
         f"{tmp_path}/root/etc/gpusplit",
         f"{tmp_path}/root/etc/systemd/system/nvidia-mig-manager.service.d",
