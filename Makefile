@@ -14,6 +14,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # default (KUBE_VERSION) and lab-build builds every release of KUBE_VERSIONS.
 K8S ?=
 KUBE_DEFAULT := $(shell sed -n 's/^KUBE_VERSION=//p' lab/versions.env)
+NODE_OLDER_KUBELET := $(shell sed -n 's/^NODE_OLDER_KUBELET=//p' lab/versions.env)
 ifneq ($(K8S),)
 export GPUSPLIT_KUBE_VERSION := $(K8S)
 endif
@@ -53,6 +54,7 @@ lab-build: venv
 # KUBE_VERSIONS (tools/legs.py), lab-build and make test-matrix every binary of every release
 lab-build-default: venv
 	K8S=$(or $(K8S),$(KUBE_DEFAULT)) lab/build.sh all
+	K8S=$(NODE_OLDER_KUBELET) lab/build_node.sh kubelet
 
 # builds (or finds cached) the binaries of the release it starts only
 lab-up: venv

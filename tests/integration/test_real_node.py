@@ -873,7 +873,7 @@ def test_unsplit_hand_over_on_the_real_kubelet(real_node, kubectl, core_api, sto
 
 
 # the kubelets the take-over runs on: the lab's release and an older one that may join its apiserver
-OLDER_KUBELET = next(v for v in C.versions()["KUBE_VERSIONS"].split(",") if v.startswith("1.36."))
+OLDER_KUBELET = C.versions()["NODE_OLDER_KUBELET"]  # make lab-build-default builds it
 
 
 @pytest.fixture
