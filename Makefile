@@ -20,7 +20,7 @@ export GPUSPLIT_KUBE_VERSION := $(K8S)
 endif
 export PATH := $(if $(K8S),$(CURDIR)/.lab/bin/$(K8S):)$(CURDIR)/$(BIN):$(CURDIR)/.lab/bin:$(PATH)
 
-.PHONY: venv legs-venv test-matrix demo test lint unit integration bench lab-build lab-build-default lab-up lab-down lab-status lab-reset clean dist changelog release multi-python bench-fleet
+.PHONY: venv legs-venv test-matrix demo test lint unit integration bench lab-build lab-build-default lab-build-test lab-up lab-down lab-status lab-reset clean dist changelog release multi-python bench-fleet
 
 venv: $(VENV)/.done $(COLL_LINK)
 
@@ -54,6 +54,9 @@ lab-build: venv
 # KUBE_VERSIONS (tools/legs.py), lab-build and make test-matrix every binary of every release
 lab-build-default: venv
 	K8S=$(or $(K8S),$(KUBE_DEFAULT)) lab/build.sh all
+
+# make test's: the default release, and the older kubelet the real node's take-over test runs too
+lab-build-test: lab-build-default
 	K8S=$(NODE_OLDER_KUBELET) lab/build_node.sh kubelet
 
 # builds (or finds cached) the binaries of the release it starts only
@@ -116,7 +119,7 @@ integration: lab-build-default
 # release of KUBE_VERSIONS other than the default its binaries (lab/build.sh, cached) and the tests
 # tools/kubernetes_support.toml names for it, on a lab of that release of its own). Their output is
 # printed after pytest's, and any of them failing fails the target.
-test: venv legs-venv lab-build-default lint
+test: venv legs-venv lab-build-test lint
 	@rm -f $(VENV)/multi-python.rc $(VENV)/legs.rc; \
 	( $(BIN)/python tools/multi_python_tests.py --edges > $(VENV)/multi-python.log 2>&1; echo $$? > $(VENV)/multi-python.rc ) & mp=$$!; \
 	( $(BIN)/python tools/legs.py test > $(VENV)/legs.log 2>&1; echo $$? > $(VENV)/legs.rc ) & legs=$$!; \

@@ -873,7 +873,7 @@ def test_unsplit_hand_over_on_the_real_kubelet(real_node, kubectl, core_api, sto
 
 
 # the kubelets the take-over runs on: the lab's release and an older one that may join its apiserver
-OLDER_KUBELET = C.versions()["NODE_OLDER_KUBELET"]  # make lab-build-default builds it
+OLDER_KUBELET = C.versions()["NODE_OLDER_KUBELET"]  # make test builds it (make lab-build-test)
 
 
 @pytest.fixture
