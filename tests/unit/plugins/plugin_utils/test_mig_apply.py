@@ -201,20 +201,20 @@ def test_the_host_step_keeps_the_config_and_the_boot_drop_in_and_its_command_app
 ):
     plan = node_plan()
     assert [c["index"] for c in plan["mig_changes"]] == [2, 3]
-    got = mig_apply.host_step(plan, DOC["gpus"], str(tmp_path / "root"))
+    root = tmp_path / "root"
+    got = mig_apply.host_step(plan, DOC["gpus"], str(root))
+
+    def under_root(path):
+        return Path(path).relative_to(root).as_posix()
+
     assert [c["index"] for c in got["gpus_to_change"]] == [2, 3]
-    assert got["config_path"] == f"{tmp_path}/root/etc/gpusplit/mig-parted.yaml"
+    assert under_root(got["config_path"]) == "etc/gpusplit/mig-parted.yaml"
     assert json.loads(got["config_text"]) == mig_apply.decide(plan, DOC["gpus"])["config"]
-    assert (
-        got["dropin_path"]
-        == f"{tmp_path}/root/etc/systemd/system/nvidia-mig-manager.service.d/zz-gpusplit.conf"
-    )
+    dropin = "etc/systemd/system/nvidia-mig-manager.service.d/zz-gpusplit.conf"
+    assert under_root(got["dropin_path"]) == dropin
     # systemd reads the drop-ins in name order: gpusplit's selection comes after the package's all-disabled
-    assert sorted([mig_apply.PACKAGE_DROPIN, got["dropin_path"].rpartition("/")[2]])[-1] == "zz-gpusplit.conf"
-    assert got["dirs"] == [
-        f"{tmp_path}/root/etc/gpusplit",
-        f"{tmp_path}/root/etc/systemd/system/nvidia-mig-manager.service.d",
-    ]
+    assert sorted([mig_apply.PACKAGE_DROPIN, Path(dropin).name])[-1] == "zz-gpusplit.conf"
+    assert [under_root(d) for d in got["dirs"]] == ["etc/gpusplit", str(Path(dropin).parent)]
     # the drop-in names the file as the host sees it at boot, not under the scratch root
     assert 'Environment="MIG_PARTED_CONFIG_FILE=/etc/gpusplit/mig-parted.yaml"' in got["dropin_text"]
     assert 'Environment="MIG_PARTED_SELECTED_CONFIG=gpusplit-gpu-a"' in got["dropin_text"]
