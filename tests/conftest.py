@@ -222,6 +222,18 @@ class Kubectl:
         )
         return name
 
+    def wait_running(self, ns: str, count: int, timeout: float = 120, what: str | None = None) -> None:
+        """Wait until ``count`` pods of namespace ``ns`` are Running."""
+
+        def running():
+            return sum(
+                p["status"].get("phase") == "Running" for p in self.json("-n", ns, "get", "pods")["items"]
+            )
+
+        self.wait_for(
+            lambda: running() == count, timeout=timeout, what=what or f"{count} pods running in {ns}"
+        )
+
     def wait_for(self, predicate, timeout: float = 60, interval: float = 0.5, what: str = "condition"):
         timeout = timeout * C.wait_scale()
         deadline = time.time() + timeout

@@ -98,17 +98,7 @@ def busy_node(lab, kubectl, tmp_path_factory):
         ns = kubectl.namespace(f"mig-{uuid.uuid4().hex[:6]}")
         for i in range(2):
             kubectl("apply", "-f", "-", stdin=json.dumps(gpu_pod(ns, f"p{i}")))
-        kubectl.wait_for(
-            lambda: (
-                sum(
-                    p["status"].get("phase") == "Running"
-                    for p in kubectl.json("-n", ns, "get", "pods")["items"]
-                )
-                == 2
-            ),
-            timeout=120,
-            what="a pod on each Kubernetes GPU",
-        )
+        kubectl.wait_running(ns, 2, what="a pod on each Kubernetes GPU")
         yield {"copy": copy, "ns": ns, "tmp": tmp}
     finally:
         if ns:

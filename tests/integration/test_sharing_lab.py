@@ -141,17 +141,7 @@ def busy(shared_node, kubectl):
     try:
         for i in range(8):
             kubectl("apply", "-f", "-", stdin=json.dumps(shared_pod(ns, f"nb-{i}")))
-        kubectl.wait_for(
-            lambda: (
-                sum(
-                    p["status"].get("phase") == "Running"
-                    for p in kubectl.json("-n", ns, "get", "pods")["items"]
-                )
-                == 8
-            ),
-            timeout=120,
-            what="eight pods running on the time-sliced node",
-        )
+        kubectl.wait_running(ns, 8, what="eight pods running on the time-sliced node")
         kubectl("apply", "-f", "-", stdin=json.dumps(shared_pod(ns, "nb-8")))
         yield ns
     finally:
