@@ -441,18 +441,21 @@ PLUGIN_SETTINGS = {
 }
 
 
-def site_on_the_real_node(*extra: str):
+def on_the_real_node(playbook: str, *extra: str):
+    """A playbook on the lab inventory and the real node's, with the lab plugin's settings."""
     return ansible_playbook(
-        "site.yml",
+        playbook,
         INVENTORY,
         "-i",
         str(node.INVENTORY),
-        "--limit",
-        f"{node.NAME},localhost",
         "-e",
         json.dumps({"gpusplit_plugin_settings": PLUGIN_SETTINGS}),
         *extra,
     )
+
+
+def site_on_the_real_node(*extra: str):
+    return on_the_real_node("site.yml", "--limit", f"{node.NAME},localhost", *extra)
 
 
 def gpusplits(keys) -> list[str]:
@@ -766,18 +769,8 @@ def stock_plugin(split_real_node, kubectl):
 
 
 def unsplit_on_the_real_node(*extra: str):
-    return ansible_playbook(
-        "unsplit.yml",
-        INVENTORY,
-        "-i",
-        str(node.INVENTORY),
-        "-e",
-        "gpusplit_unsplit_to=kubernetes",
-        "-e",
-        f"gpusplit_hosts={node.NAME}",
-        "-e",
-        json.dumps({"gpusplit_plugin_settings": PLUGIN_SETTINGS}),
-        *extra,
+    return on_the_real_node(
+        "unsplit.yml", "-e", "gpusplit_unsplit_to=kubernetes", "-e", f"gpusplit_hosts={node.NAME}", *extra
     )
 
 
