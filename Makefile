@@ -119,6 +119,9 @@ integration: lab-build-default
 # release of KUBE_VERSIONS other than the default its binaries (lab/build.sh, cached) and the tests
 # tools/kubernetes_support.toml names for it, on a lab of that release of its own). Their output is
 # printed after pytest's, and any of them failing fails the target.
+# make test always runs the lab groups beside the other legs on one machine: the lab waits' bounds are stretched
+# as in CI (lab/components.py wait_scale) unless GPUSPLIT_LAB_WAIT_SCALE says otherwise
+test: export GPUSPLIT_LAB_WAIT_SCALE ?= 3
 test: venv legs-venv lab-build-test lint
 	@rm -f $(VENV)/multi-python.rc $(VENV)/legs.rc; \
 	( $(BIN)/python tools/multi_python_tests.py --edges > $(VENV)/multi-python.log 2>&1; echo $$? > $(VENV)/multi-python.rc ) & mp=$$!; \
