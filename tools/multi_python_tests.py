@@ -386,9 +386,10 @@ def _minor(text):
 
 
 def edges(leg):
-    """``leg`` with only the bounds of its managed-host Pythons where it is not the default leg (its oldest and
-    newest): where a core's own module_utils meets the Pythons it supports, what differs from the default leg."""
-    if leg["default"] or len(leg["hosts"]) <= 2:
+    """``leg`` with only the bounds of its managed-host Pythons (its oldest and newest): where a core's own
+    module_utils meets the Pythons it supports; every Python between them is compiled with each, and
+    make multi-python and make test-matrix run the tests under all of them."""
+    if len(leg["hosts"]) <= 2:
         return leg
     hosts = sorted(leg["hosts"])
     return dict(leg, hosts=(hosts[0], hosts[-1]))
@@ -427,7 +428,7 @@ def main(argv=None):
     parser.add_argument(
         "--edges",
         action="store_true",
-        help="the default leg under every Python it names, each other leg under its oldest and newest only "
+        help="each leg under its oldest and newest managed-host Python only "
         "(the version-sensitive part that make test runs; make multi-python and make test-matrix run all)",
     )
     parser.add_argument("pytest_args", nargs="*", help="passed to pytest (after --)")

@@ -58,8 +58,8 @@ def requires_ansible(legs: list[dict]) -> str:
 def proven(leg: dict) -> str:
     if leg.get("default"):
         return (
-            "everything (`make test`'s whole suite: unit, sanity, molecule, the lab), the host modules under each"
-            " managed-host Python"
+            "everything (`make test`'s whole suite: unit, sanity, molecule, the lab), the host modules under its"
+            " oldest and newest managed-host Python"
         )
     out = "the unit tests that reach ansible-core, sanity"
     if leg.get("lab"):

@@ -9,6 +9,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -19,6 +20,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 GET_PIP = ROOT / "tools" / "ansible_test_get_pip.py"
+# a test file that finds files by path: the part of a unit test that the collection layout can break
+PATH_READING = re.compile(r"__file__|\.parents?\b|\bROOT\b|REFERENCE|importlib\.resources|files\(")
 
 
 def _ansible_test_pip_version() -> str:
@@ -82,11 +85,31 @@ def test_sanity_import_passes_for_plugins(laid_out):
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
 
 
+def path_reading_test_files(top: Path) -> list[str]:
+    """The unit test files under plugins/ (not the module tests) that find files by path: the layout
+    changes only imports, which collecting every file checks, and paths, which running these checks."""
+    return sorted(
+        str(path.relative_to(top))
+        for path in (top / "tests" / "unit" / "plugins").rglob("test_*.py")
+        if "modules" not in path.relative_to(top).parts
+        and PATH_READING.search(path.read_text(encoding="utf-8"))
+    )
+
+
+def test_the_path_reading_files_are_found():
+    found = path_reading_test_files(ROOT)
+    every = {str(p.relative_to(ROOT)) for p in (ROOT / "tests" / "unit" / "plugins").rglob("test_*.py")}
+    assert "tests/unit/plugins/plugin_utils/test_split_render.py" in found  # reads the templates by path
+    assert set(found) < every and not any("/modules/" in f for f in found)
+    left = every - set(found)
+    assert any(not PATH_READING.search((ROOT / f).read_text(encoding="utf-8")) for f in left)
+
+
 def test_unit_tests_run_from_the_collection_layout_without_the_link(laid_out):
     """Every unit test of plugins/ (the tree that mirrors it) is found and imports from the layout
-    as ansible-test units would find them; all of them but the module tests run there too (the
-    module tests drive ansible-playbook and Python subprocesses, minutes of work that the layout
-    does not change; they run once, in the main suite)."""
+    as ansible-test units would find them; the files among them that find files by path run there
+    too (the others' imports are what the layout changes, and collecting them imports them; the
+    whole suite runs once, in the main run)."""
     assert not (laid_out / ".collections").exists()
     env = {
         k: v
@@ -107,7 +130,7 @@ def test_unit_tests_run_from_the_collection_layout_without_the_link(laid_out):
     assert collect.returncode == 0, collect.stdout[-6000:] + collect.stderr[-2000:]
     assert " collected" in collect.stdout or "tests collected" in collect.stdout, collect.stdout[-2000:]
     run = subprocess.run(
-        [*pytest, "tests/unit/plugins", "--ignore", "tests/unit/plugins/modules"],
+        [*pytest, *path_reading_test_files(laid_out)],
         cwd=laid_out,
         env=env,
         capture_output=True,
