@@ -111,9 +111,9 @@ integration: lab-build-default
 	$(BIN)/pytest -m integration tests
 
 # the lab's tests run in two pytest-xdist groups (lab-a, lab-b), each on a worker and a lab of its
-# own, while the other tests fill the gaps (tests/conftest.py, lab/workers.py, docs/dev/lab.md). Two jobs
-# run beside pytest: the managed-host modules' tests per ansible-core under the host Pythons it
-# supports (tools/multi_python_tests.py), and the other legs of the support matrix (tools/legs.py
+# own, while the other tests fill the gaps (tests/conftest.py, lab/workers.py, docs/dev/lab.md). Three jobs
+# run beside pytest: make lint; the managed-host modules' tests per ansible-core under the host Pythons it
+# supports (tools/multi_python_tests.py); and the other legs of the support matrix (tools/legs.py
 # test: on ansible-core 2.20 and 2.19 the unit tests and ansible-test sanity, each in its own venv,
 # and on 2.19 the lab's split, verify and SSH host tests on a lab of its own; then per Kubernetes
 # release of KUBE_VERSIONS other than the default its binaries (lab/build.sh, cached) and the tests
@@ -122,21 +122,24 @@ integration: lab-build-default
 # make test always runs the lab groups beside the other legs on one machine: the lab waits' bounds are stretched
 # as in CI (lab/components.py wait_scale) unless GPUSPLIT_LAB_WAIT_SCALE says otherwise
 test: export GPUSPLIT_LAB_WAIT_SCALE ?= 3
-test: venv legs-venv lab-build-test lint
-	@rm -f $(VENV)/multi-python.rc $(VENV)/legs.rc; \
+test: venv legs-venv lab-build-test
+	@rm -f $(VENV)/lint.rc $(VENV)/multi-python.rc $(VENV)/legs.rc; \
+	( make --no-print-directory lint > $(VENV)/lint.log 2>&1; echo $$? > $(VENV)/lint.rc ) & lint=$$!; \
 	( $(BIN)/python tools/multi_python_tests.py --edges > $(VENV)/multi-python.log 2>&1; echo $$? > $(VENV)/multi-python.rc ) & mp=$$!; \
 	( $(BIN)/python tools/legs.py test > $(VENV)/legs.log 2>&1; echo $$? > $(VENV)/legs.rc ) & legs=$$!; \
-	trap 'kill $$mp $$legs 2>/dev/null' EXIT INT TERM; \
-	echo "tools/multi_python_tests.py (pid $$mp) and tools/legs.py test (pid $$legs) run beside pytest; their output follows pytest's"; \
+	trap 'kill $$lint $$mp $$legs 2>/dev/null' EXIT INT TERM; \
+	echo "make lint (pid $$lint), tools/multi_python_tests.py (pid $$mp) and tools/legs.py test (pid $$legs) run beside pytest; their output follows pytest's"; \
 	start=$$(date +%s); \
 	$(BIN)/pytest --numprocesses auto --maxprocesses 4 --dist loadgroup --durations=20 tests; rc=$$?; \
 	echo "the default leg's pytest ($$($(BIN)/python -c 'import sys, ansible.release as r; print("ansible-core", r.__version__, "on Python", sys.version.split()[0])')): exit status $$rc, $$(( $$(date +%s) - start )) s"; \
-	wait $$mp $$legs; \
+	wait $$lint $$mp $$legs; \
+	lintrc=$$(cat $(VENV)/lint.rc 2>/dev/null || echo 1); \
 	mprc=$$(cat $(VENV)/multi-python.rc 2>/dev/null || echo 1); legsrc=$$(cat $(VENV)/legs.rc 2>/dev/null || echo 1); \
+	echo "== make lint (exit status $$lintrc) =="; cat $(VENV)/lint.log; \
 	echo "== tools/multi_python_tests.py (exit status $$mprc) =="; cat $(VENV)/multi-python.log; \
 	echo "== tools/legs.py test (exit status $$legsrc) =="; cat $(VENV)/legs.log; \
-	echo "all done after $$(( $$(date +%s) - start )) s: pytest exit status $$rc, tools/multi_python_tests.py $$mprc, tools/legs.py test $$legsrc"; \
-	[ $$rc -eq 0 ] && [ $$mprc -eq 0 ] && [ $$legsrc -eq 0 ]
+	echo "all done after $$(( $$(date +%s) - start )) s: pytest exit status $$rc, make lint $$lintrc, tools/multi_python_tests.py $$mprc, tools/legs.py test $$legsrc"; \
+	[ $$rc -eq 0 ] && [ $$lintrc -eq 0 ] && [ $$mprc -eq 0 ] && [ $$legsrc -eq 0 ]
 
 # every leg of the support matrix in full: the whole pytest suite and ansible-test sanity per
 # ansible-core, each in its venv with a lab of its own, then every lab test on each other Kubernetes
