@@ -19,8 +19,11 @@ and says what to run, or why not; reading the GPUs and running the tool are the 
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import posixpath
+import shlex
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import GpusplitError, type_name
 from ansible_collections.gpusplit.k8s.plugins.module_utils._split.mig_geometry import (
@@ -43,7 +46,20 @@ SERVICE = "nvidia-mig-manager.service"
 # systemd applies a unit's drop-ins in the order of their names, the last assignment of a variable winning: the
 # name sorts after the package's override.conf, whose MIG_PARTED_SELECTED_CONFIG (all-disabled) it must replace
 PACKAGE_DROPIN = "override.conf"
-DROPIN_PATH = f"/etc/systemd/system/{SERVICE}.d/zz-gpusplit.conf"
+DROPIN_NAME = "zz-gpusplit.conf"
+DROPIN_DIR = f"/etc/systemd/system/{SERVICE}.d"
+DROPIN_PATH = f"{DROPIN_DIR}/{DROPIN_NAME}"
+# the selection nvidia-mig-manager.service applies at boot, and the package's own (every GPU without MIG)
+SELECTED_VARIABLE = "MIG_PARTED_SELECTED_CONFIG"
+PACKAGE_SELECTION = "all-disabled"
+# systemd's unit folders, an earlier one hiding a file of the same name in a later one (systemd.unit(5))
+UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system")
+# prints each existing unit file and drop-in of the service ($1) below the folders given after it: its path on
+# one line, its bytes in base64 on the next (a read: the role runs it in check mode too)
+READ_UNIT_SCRIPT = (
+    'service=$1; shift; for d in "$@"; do for f in "$d/$service" "$d/$service.d/"*.conf; do '
+    '[ -f "$f" ] || continue; printf \'%s\\n\' "$f"; base64 < "$f" | tr -d \'\\n\'; echo; done; done'
+)
 
 
 class MigApplyError(GpusplitError):
@@ -83,8 +99,9 @@ def dropin_text(selected, config_path=CONFIG_PATH):
 def host_step(node_plan, gpus_now, root="/", plugin_settings=None):
     """What gpu_host's entry point mig does on the host of ``node_plan``: ``gpus_to_change`` (decide's changes,
     empty: nothing to run), the files to keep there (``config_path``/``config_text``, ``dropin_path``/
-    ``dropin_text``, under ``root``), the ``argv`` of the apply, ``missing_tool`` (the refusal where the host
-    lacks it) and the node's split plugin pods (``plugin_namespace``, ``plugin_selector``: restarted after the
+    ``dropin_text``, under ``root``), ``unit_read_argv`` (what reads the service's own files for :func:`boot_check`),
+    the ``argv`` of the apply, ``missing_tool`` (the refusal where the host lacks it) and the node's split plugin
+    pods (``plugin_namespace``, ``plugin_selector``: restarted after the
     apply, since the plugin lists its devices when it starts). Raises MigApplyError with every refusal of
     :func:`decide`."""
     if not isinstance(node_plan, dict):
@@ -100,7 +117,7 @@ def host_step(node_plan, gpus_now, root="/", plugin_settings=None):
         raise MigApplyError(got["errors"])
     if got["config"] is None:
         return {"gpus_to_change": [], "config_path": None, "argv": []}
-    config_path = posixpath.join(root, CONFIG_PATH.lstrip("/"))
+    config_path = under(root, CONFIG_PATH)
     host = node_plan.get("host") or node_plan["node"]
     daemonset = render_split_daemonset(node_plan, plugin_settings)
     labels = daemonset["spec"]["selector"]["matchLabels"]
@@ -111,9 +128,10 @@ def host_step(node_plan, gpus_now, root="/", plugin_settings=None):
         "selected": got["selected"],
         "config_path": config_path,
         "config_text": config_text(got["config"]),
-        "dropin_path": posixpath.join(root, DROPIN_PATH.lstrip("/")),
-        "dirs": [posixpath.join(root, posixpath.dirname(p).lstrip("/")) for p in (CONFIG_PATH, DROPIN_PATH)],
+        "dropin_path": under(root, DROPIN_PATH),
+        "dirs": [under(root, posixpath.dirname(p)) for p in (CONFIG_PATH, DROPIN_PATH)],
         "dropin_text": dropin_text(got["selected"]),
+        "unit_read_argv": read_unit_argv(root),
         "argv": [TOOL, "apply", "-f", config_path, "-c", got["selected"]],
         "missing_tool": missing_tool(host),
         "lines": [
@@ -233,3 +251,171 @@ def plan_problems(plan):
     if not isinstance(plan.get("node"), str) or not plan.get("node"):
         problems.append("plan.node: expected the node's name (give fleet_plan's nodes[<host>])")
     return problems
+
+
+def under(root, path):
+    """``path`` of the host below ``root`` (gpusplit_host_root)."""
+    return posixpath.join(root, path.lstrip("/"))
+
+
+def _host_path(root, path):
+    """``path`` as found below ``root``, as the host sees it (None where it is not below root)."""
+    base = root.rstrip("/")
+    if not base:
+        return path
+    return path[len(base) :] if path.startswith(base + "/") else None
+
+
+def read_unit_argv(root="/"):
+    """The command that prints the service's unit files and drop-ins below ``root`` (READ_UNIT_SCRIPT)."""
+    return ["sh", "-c", READ_UNIT_SCRIPT, "sh", SERVICE, *(under(root, d) for d in UNIT_DIRS)]
+
+
+def parse_unit_read(stdout):
+    """[{path, text}] from the output of :func:`read_unit_argv`'s command; a line that is not base64 is refused."""
+    lines = [line for line in str(stdout or "").splitlines() if line.strip()]
+    if len(lines) % 2:
+        raise MigApplyError(
+            f"reading {SERVICE}'s files: expected a path and its base64 on two lines each, got {len(lines)} lines"
+        )
+    files = []
+    for path, data in zip(lines[::2], lines[1::2], strict=True):
+        try:
+            text = base64.b64decode(data.strip(), validate=True).decode("utf-8", errors="replace")
+        except (binascii.Error, ValueError):
+            raise MigApplyError(f"reading {SERVICE}'s files: {path}: its content is not base64") from None
+        files.append({"path": path, "text": text})
+    return files
+
+
+def unit_files_in_order(files, root="/"):
+    """The host's own files of nvidia-mig-manager.service in the order systemd reads them: the unit file (the one
+    in the first of UNIT_DIRS that has it), then its ``*.conf`` drop-ins by name, a name in an earlier folder hiding
+    the same name in a later one; gpusplit's own drop-in is left out. ``files``: [{path, text}] below ``root``."""
+    unit, dropins = None, {}
+    for item in files:
+        path = _host_path(root, item["path"])
+        if path is None:
+            continue
+        folder, name = posixpath.split(path)
+        if name == SERVICE and folder in UNIT_DIRS:
+            rank = UNIT_DIRS.index(folder)
+            if unit is None or rank < unit[0]:
+                unit = (rank, path, item["text"])
+        elif name.endswith(".conf") and name != DROPIN_NAME and folder.endswith(f"/{SERVICE}.d"):
+            parent = folder[: -len(f"/{SERVICE}.d")]
+            if parent in UNIT_DIRS:
+                rank = UNIT_DIRS.index(parent)
+                if name not in dropins or rank < dropins[name][0]:
+                    dropins[name] = (rank, path, item["text"])
+    ordered = [unit] if unit else []
+    ordered.extend(dropins[name] for name in sorted(dropins))
+    return [{"path": path, "text": text} for _rank, path, text in ordered]
+
+
+def environment_assignments(text):
+    """The ``Environment=`` assignments of a unit file's [Service] section, in order, as (name, value); an empty
+    ``Environment=`` as (None, None), since it resets every assignment before it (systemd.exec(5))."""
+    section, out = None, []
+    for raw in str(text).splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+            continue
+        key, sep, value = line.partition("=")
+        if section != "Service" or not sep or key.strip() != "Environment":
+            continue
+        if not value.strip():
+            out.append((None, None))
+            continue
+        try:
+            words = shlex.split(value)
+        except ValueError:  # an unbalanced quote: its words as they stand
+            words = value.split()
+        out.extend((name, val) for name, eq, val in (w.partition("=") for w in words) if eq)
+    return out
+
+
+def boot_selection(files, root="/"):
+    """``(config, path)``: the MIG config the host's own files of nvidia-mig-manager.service select at boot
+    (MIG_PARTED_SELECTED_CONFIG, the last assignment winning) and the file that sets it; (None, None) where none."""
+    selected = where = None
+    for item in unit_files_in_order(files, root):
+        for name, value in environment_assignments(item["text"]):
+            if name is None:
+                selected = where = None
+            elif name == SELECTED_VARIABLE:
+                selected, where = value, item["path"]
+    return selected, where
+
+
+def boot_selection_problem(host, files, selected, root="/"):
+    """The refusal where the host's own files of nvidia-mig-manager.service select a MIG config at boot other than
+    the package's ``all-disabled`` (or gpusplit's ``selected``): gpusplit's drop-in would replace that selection, so
+    the host's own layout would no longer be applied at boot. None where there is nothing to replace."""
+    config, where = boot_selection(files, root)
+    if config in (None, "", PACKAGE_SELECTION, selected):
+        return None
+    return (
+        f"{host}: {SERVICE} applies the host's own MIG config '{config}' at boot ({SELECTED_VARIABLE} in {where}); "
+        f"gpusplit's drop-in {DROPIN_PATH} would replace that selection with '{selected}', and the host's layout "
+        f"would no longer be applied at boot. Either select {PACKAGE_SELECTION} there (or remove the assignment) "
+        "and let gpusplit keep the Kubernetes share's geometry, or leave gpusplit_mig_geometry unset for this host "
+        "and put the Kubernetes share's GPUs into the host's own config. Nothing was changed."
+    )
+
+
+def boot_check(node_plan, selected, stdout, root="/"):
+    """gpu_host's entry point mig, after reading the service's files (:func:`read_unit_argv`'s ``stdout``): raises
+    MigApplyError with :func:`boot_selection_problem`'s refusal; else ``{"boot_selection": (config, path)}``."""
+    if not isinstance(node_plan, dict):
+        raise MigApplyError(
+            f"plan: expected the node's plan (fleet_plan's nodes[<host>]), got {type_name(node_plan)}"
+        )
+    if not isinstance(root, str) or not root.startswith("/"):
+        raise MigApplyError(f"root (gpusplit_host_root): expected an absolute path, got {root!r}")
+    files = parse_unit_read(stdout)
+    problem = boot_selection_problem(node_plan.get("host") or node_plan.get("node"), files, selected, root)
+    if problem:
+        raise MigApplyError(problem)
+    config, where = boot_selection(files, root)
+    return {"boot_selection": config, "boot_selection_file": where}
+
+
+def undo_paths(root="/"):
+    """What the unsplit takes back of the MIG apply below ``root``: ``config_path``, ``dropin_path`` and
+    ``dropin_dir`` (removed too where the drop-in is all it holds: the apply made it)."""
+    if not isinstance(root, str) or not root.startswith("/"):
+        raise MigApplyError(f"root (gpusplit_host_root): expected an absolute path, got {root!r}")
+    return {
+        "config_path": under(root, CONFIG_PATH),
+        "dropin_path": under(root, DROPIN_PATH),
+        "dropin_dir": under(root, DROPIN_DIR),
+    }
+
+
+def undo_list_argv(root="/"):
+    """The command that lists the names in the drop-in folder below ``root``, one a line (nothing where it is not
+    there): a read, run in check mode too."""
+    return ["sh", "-c", '[ ! -d "$1" ] || ls -A "$1"', "sh", undo_paths(root)["dropin_dir"]]
+
+
+def undo_removals(root, names):
+    """The paths the unsplit removes, in order, each with why: gpusplit's config, its drop-in, and the drop-in folder
+    where ``names`` (what :func:`undo_list_argv`'s command listed in it) holds nothing else."""
+    paths = undo_paths(root)
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise MigApplyError(
+            f"names: expected the names in {paths['dropin_dir']} (a list), got {type_name(names)}"
+        )
+    out = [
+        {"path": paths["config_path"], "why": "gpusplit's mig-parted config of the node's Kubernetes share"},
+        {"path": paths["dropin_path"], "why": f"gpusplit's drop-in of {SERVICE}"},
+    ]
+    if all(n in ("", DROPIN_NAME) for n in names):
+        out.append(
+            {"path": paths["dropin_dir"], "why": "the drop-in folder: nothing but gpusplit's drop-in in it"}
+        )
+    return out

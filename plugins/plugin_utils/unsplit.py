@@ -200,7 +200,8 @@ def unsplit_plan(plan, to):
         node_plan["kubernetes_count"] = len(k8s)
         node_plan["host_count"] = len(node_plan["host_uuids"])
         node_plan["kubernetes_mig_uuids"] = []
-        node_plan["resources"] = {node_plan.get("resource_name") or "nvidia.com/gpu": len(k8s)}
+        names = resource_names(node_plan)
+        node_plan["resources"] = {names[0]: len(k8s)} if to == "kubernetes" else dict.fromkeys(names, 0)
         if _is_dra(node_plan):  # the DRA driver's names of the host share (what its DeviceTaintRules taint)
             node_plan["resources"] = {"nvidia.com/gpu": 0}
             node_plan["dra_devices"] = [
@@ -209,6 +210,14 @@ def unsplit_plan(plan, to):
                 if g.get("share") == "host" and g.get("minor_number") is not None
             ]
     return out
+
+
+def resource_names(node_plan):
+    """The resources the node's plan advertises, the first the one the unsplit verifies: the planner names one, or a
+    list under MIG strategy mixed (nvidia.com/gpu and each nvidia.com/mig-<profile>)."""
+    name = node_plan.get("resource_name")
+    names = [n for n in name if isinstance(n, str) and n] if isinstance(name, list) else [name]
+    return [n for n in names if isinstance(n, str) and n] or ["nvidia.com/gpu"]
 
 
 def _is_dra(node_plan):
@@ -319,7 +328,7 @@ def cluster_plan(
             "node": name,
             "owned_labels": owned,
             "expected": len(healthy) if to == "kubernetes" else 0,
-            "resource": node_plan.get("resource_name") or "nvidia.com/gpu",
+            "resource": resource_names(node_plan)[0],
             **handover_order(node),
         }
         tainted = render.ANNOTATION_GPU_TAINT in (meta.get("annotations") or {}) and render.has_gpu_taint(

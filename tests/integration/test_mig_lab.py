@@ -5,7 +5,9 @@ lab-a100-01 (a100-mig: GPUs 0 and 1 with MIG, 2 and 3 without) keeps GPUs 0 and 
 3g.40gb: under refuse the run stops naming the pod on GPU 3, under evict exactly that pod goes, the lab's
 nvidia-mig-parted stand-in applies the node's config to the node's own copy of the fixture (the fake NVML's
 state, which the lab's device plugin reads), and the node advertises the new MIG devices; the host's GPUs are
-as they were.
+as they were. resplit.yml's --check --diff of a second GPU's change shows the config's diff and changes nothing
+on the host or in the cluster; unsplit.yml (to host) removes gpusplit's MIG config and drop-in (check mode only
+shows it) and leaves the package's drop-in and the GPUs' MIG devices.
 """
 
 from __future__ import annotations
@@ -172,10 +174,56 @@ def test_evict_takes_exactly_that_pod_and_the_node_advertises_the_new_mig_device
     assert all(r["changed"] == 0 for r in recap(third.stdout).values()), changed_tasks(third.stdout)
 
 
+ROOT_ETC = C.HOSTS_ROOT / NODE / "etc"
+CONFIG = ROOT_ETC / "gpusplit" / "mig-parted.yaml"
+DROPIN_DIR = ROOT_ETC / "systemd" / "system" / "nvidia-mig-manager.service.d"
+# the package's own drop-in (NVIDIA/mig-parted deployments/systemd): every GPU without MIG at boot
+PACKAGE_DROPIN = '[Service]\nEnvironment="MIG_PARTED_SELECTED_CONFIG=all-disabled"\n'
+
+
+def state(busy_node, kubectl) -> dict:
+    """What a run may change: the fake NVML's state, gpusplit's MIG files, the pods, the node's allocatable."""
+    return {
+        "gpus": busy_node["copy"].read_text(),
+        "files": {
+            p.relative_to(ROOT_ETC).as_posix(): p.read_text()
+            for p in (CONFIG, *DROPIN_DIR.glob("*"))
+            if p.exists()
+        },
+        "pods": sorted(
+            p["metadata"]["name"] for p in kubectl.json("-n", busy_node["ns"], "get", "pods")["items"]
+        ),
+        "allocatable": kubectl.json("get", "node", NODE)["status"]["allocatable"],
+    }
+
+
 def test_resplit_yml_applies_a_geometry_change_in_its_batch(busy_node, kubectl):
     geometry = {**GEOMETRY, UUIDS[2]: ["3g.40gb", "3g.40gb"]}
     inventory = mig_inventory(busy_node["tmp"] / "resplit", busy_node["copy"], geometry)
+    # with the package's all-disabled beside it the apply goes on: gpusplit's drop-in sorts after it
+    (DROPIN_DIR / "override.conf").write_text(PACKAGE_DROPIN)
+    before = state(busy_node, kubectl)
+    # the verify compares the cluster with the plan, which a check run does not apply: it reports, nothing more
+    no_verify = json.dumps({"gpusplit_verify_fail_on": [], "gpusplit_verify_wait_seconds": 0})
+    check = run(
+        "resplit.yml",
+        inventory,
+        *LIMIT,
+        "-e",
+        "gpusplit_resplit_policy=evict",
+        "-e",
+        no_verify,
+        "--check",
+        "--diff",
+    )
+    assert state(busy_node, kubectl) == before  # nothing on the host or in the cluster
+    assert f"GPU 2 ({UUIDS[2]}): MIG disabled -> [3g.40gb, 3g.40gb]" in " ".join(check.stdout.split())
     run("resplit.yml", inventory, *LIMIT, "-e", "gpusplit_resplit_policy=evict")
+    # the check run showed the config's diff: every line the real run added
+    added = set(CONFIG.read_text().splitlines()) - set(
+        before["files"]["gpusplit/mig-parted.yaml"].splitlines()
+    )
+    assert added and all(f"+{line}" in check.stdout for line in added), check.stdout[-3000:]
     assert kubectl.json("-n", busy_node["ns"], "get", "pods")["items"] == []  # the pod on GPU 2 went too
     report = json.loads((C.OUT / "fleet-report.json").read_text())
     [entry] = [n for n in report["nodes"] if n["name"] == NODE]
@@ -185,3 +233,25 @@ def test_resplit_yml_applies_a_geometry_change_in_its_batch(busy_node, kubectl):
     original, now = gpus_of(FIXTURE), gpus_of(busy_node["copy"])
     assert now[:2] == original[:2]  # the host's GPUs
     assert sorted(m["profile"] for m in now[2]["mig_devices"]) == ["3g.40gb", "3g.40gb"]
+
+
+def test_unsplit_removes_the_mig_files_and_leaves_the_geometry(busy_node, kubectl):
+    inventory = mig_inventory(busy_node["tmp"] / "unsplit", busy_node["copy"], GEOMETRY)
+    unsplit = (*LIMIT, "-e", "gpusplit_unsplit_to=host", "-e", "gpusplit_resplit_policy=evict")
+    before = state(busy_node, kubectl)
+    assert set(before["files"]) == {
+        "gpusplit/mig-parted.yaml",
+        "systemd/system/nvidia-mig-manager.service.d/override.conf",
+        "systemd/system/nvidia-mig-manager.service.d/zz-gpusplit.conf",
+    }
+    check = run("unsplit.yml", inventory, *unsplit, "--check", "--diff")
+    assert state(busy_node, kubectl) == before
+    shown = " ".join(check.stdout.split())
+    for path in (CONFIG, DROPIN_DIR / "zz-gpusplit.conf"):
+        assert f"{path}: remove: " in shown, check.stdout[-3000:]
+    proc = run("unsplit.yml", inventory, *unsplit)
+    assert not CONFIG.exists() and not (DROPIN_DIR / "zz-gpusplit.conf").exists(), proc.stdout[-3000:]
+    # the package's drop-in and its folder stay; the GPUs keep their MIG devices (docs/undo.md)
+    assert (DROPIN_DIR / "override.conf").read_text() == PACKAGE_DROPIN
+    assert busy_node["copy"].read_text() == before["gpus"]
+    assert kubectl.json("get", "node", NODE)["status"]["allocatable"].get(MIG, "0") == "0"

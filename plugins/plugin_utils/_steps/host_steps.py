@@ -71,14 +71,33 @@ def host_play(inputs, context):
 
 @step
 def mig_apply(inputs, context):
-    """What gpu_host's entry point mig runs on the host of ``plan`` given ``gpus`` (read there just before): the GPUs
-    whose MIG geometry changes, the config and drop-in to keep there and the nvidia-mig-parted command
-    (plugin_utils/mig_apply.py host_step).
+    """The MIG geometry of a node in mode device_plugin on its host (plugin_utils/mig_apply.py), by ``part``:
 
-    inputs: plan, gpus, root, plugin_settings.
+    - ``apply`` (default): what gpu_host's entry point mig runs on the host of ``plan`` given ``gpus`` (read there
+      just before): the GPUs whose MIG geometry changes, the config and drop-in to keep there, the command that reads
+      nvidia-mig-manager.service's own files and the nvidia-mig-parted command (host_step);
+    - ``boot``: refuses where those files (``stdout`` of that command) select a MIG config of the host's own at boot,
+      which gpusplit's drop-in would replace (boot_check; ``selected``: gpusplit's config name);
+    - ``undo``: what the unsplit takes back below ``root``: ``list_argv`` (lists the drop-in folder), and with
+      ``names`` (what it listed) ``remove``, the paths to remove in order, each with why (undo_removals).
+
+    inputs: part, plan, gpus, root, plugin_settings, selected, stdout, names.
     """
+    part = inputs.get("part", "apply")
+    root = inputs.get("root", "/")
+    if part == "boot":
+        return mig_apply_lib.boot_check(
+            inputs.get("plan"), inputs.get("selected"), inputs.get("stdout"), root
+        )
+    if part == "undo":
+        out = {**mig_apply_lib.undo_paths(root), "list_argv": mig_apply_lib.undo_list_argv(root)}
+        if inputs.get("names") is not None:
+            out["remove"] = mig_apply_lib.undo_removals(root, inputs["names"])
+        return out
+    if part != "apply":
+        raise mig_apply_lib.MigApplyError(f"part: expected apply, boot or undo, got {part!r}")
     return mig_apply_lib.host_step(
-        inputs.get("plan"), inputs.get("gpus"), inputs.get("root", "/"), inputs.get("plugin_settings")
+        inputs.get("plan"), inputs.get("gpus"), root, inputs.get("plugin_settings")
     )
 
 
