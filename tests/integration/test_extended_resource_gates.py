@@ -1,4 +1,4 @@
-"""Seed 002, the whole lab, against the real kube-apiserver and kube-scheduler.
+"""The extended-resource gates of the real kube-apiserver and kube-scheduler, on the whole lab.
 
 A node advertises nvidia.com/gpu: 2 in its status (what a device plugin would report; kwok keeps
 the node alive). The apiserver enforces the two extended-resource rules, the scheduler places a
@@ -53,17 +53,17 @@ def scheduled_condition(kubectl, ns: str, name: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def seed(kubectl, core_api):
+def gated(kubectl, core_api):
     """Namespace gpu-why-<id>, three nodes, only node 0 labelled and advertising 2 GPUs.
 
     Every other schedulable node of the shared lab is cordoned for the module, so that the
-    scheduler has exactly the seed's picture: earlier tests may have left GPU labels on lab nodes
+    scheduler sees only these three nodes: earlier tests may have left GPU labels on lab nodes
     that advertise no GPUs, and a CPU-only pod selecting `nvidia.com/gpu.present` would land there.
     They are uncordoned afterwards.
     """
     run = uuid.uuid4().hex[:6]
     ns = f"gpu-why-{run}"
-    names = [f"seed-{run}-node-{i}" for i in range(3)]
+    names = [f"gated-{run}-node-{i}" for i in range(3)]
     kubectl.namespace(ns)
     for name in names:
         labnodes.ensure_node(core_api, name)
@@ -89,51 +89,51 @@ def seed(kubectl, core_api):
         kubectl("uncordon", name, check=False)
 
 
-def test_advertised_numbers(seed, kubectl):
+def test_advertised_numbers(gated, kubectl):
     advertised = {
-        n: kubectl.json("get", "node", n)["status"]["allocatable"].get(GPU, "0") for n in seed["nodes"]
+        n: kubectl.json("get", "node", n)["status"]["allocatable"].get(GPU, "0") for n in gated["nodes"]
     }
-    assert advertised == {seed["nodes"][0]: "2", seed["nodes"][1]: "0", seed["nodes"][2]: "0"}
-    labels = kubectl.json("get", "node", seed["node0"])["metadata"]["labels"]
+    assert advertised == {gated["nodes"][0]: "2", gated["nodes"][1]: "0", gated["nodes"][2]: "0"}
+    labels = kubectl.json("get", "node", gated["node0"])["metadata"]["labels"]
     assert {k: labels.get(k) for k in DISCOVERY_LABELS} == DISCOVERY_LABELS
 
 
-def test_apiserver_rejects_requests_unequal_to_limits(seed, kubectl):
-    manifest = pod("bad-mismatch", seed["ns"], requests={GPU: "1"}, limits={GPU: "2"})
+def test_apiserver_rejects_requests_unequal_to_limits(gated, kubectl):
+    manifest = pod("bad-mismatch", gated["ns"], requests={GPU: "1"}, limits={GPU: "2"})
     proc = kubectl("apply", "-f", "-", stdin=manifest, check=False)
     assert proc.returncode != 0
     assert "must be equal to nvidia.com/gpu limit" in proc.stderr, proc.stderr
 
 
-def test_apiserver_rejects_fractional_gpu(seed, kubectl):
-    manifest = pod("bad-fraction", seed["ns"], requests={GPU: "0.5"}, limits={GPU: "0.5"})
+def test_apiserver_rejects_fractional_gpu(gated, kubectl):
+    manifest = pod("bad-fraction", gated["ns"], requests={GPU: "0.5"}, limits={GPU: "0.5"})
     proc = kubectl("apply", "-f", "-", stdin=manifest, check=False)
     assert proc.returncode != 0
     assert "must be an integer" in proc.stderr, proc.stderr
 
 
-def test_limits_only_fills_requests_and_lands_on_advertising_node(seed, kubectl):
-    kubectl("apply", "-f", "-", stdin=pod("trainer", seed["ns"], limits={GPU: "1"}))
-    obj = kubectl.json("-n", seed["ns"], "get", "pod", "trainer")
+def test_limits_only_fills_requests_and_lands_on_advertising_node(gated, kubectl):
+    kubectl("apply", "-f", "-", stdin=pod("trainer", gated["ns"], limits={GPU: "1"}))
+    obj = kubectl.json("-n", gated["ns"], "get", "pod", "trainer")
     assert obj["spec"]["containers"][0]["resources"]["requests"] == {GPU: "1"}
     assert "nodeSelector" not in obj["spec"]
     node = kubectl.wait_for(
-        lambda: kubectl.json("-n", seed["ns"], "get", "pod", "trainer")["spec"].get("nodeName"),
+        lambda: kubectl.json("-n", gated["ns"], "get", "pod", "trainer")["spec"].get("nodeName"),
         what="trainer to be bound",
     )
-    assert node == seed["node0"]
+    assert node == gated["node0"]
 
 
-def test_taint_keeps_non_gpu_pod_pending(seed, kubectl):
-    kubectl("taint", "node", seed["node0"], TAINT, "--overwrite")
+def test_taint_keeps_non_gpu_pod_pending(gated, kubectl):
+    kubectl("taint", "node", gated["node0"], TAINT, "--overwrite")
     kubectl(
         "apply",
         "-f",
         "-",
-        stdin=pod("cpu-only", seed["ns"], node_selector={"nvidia.com/gpu.present": "true"}),
+        stdin=pod("cpu-only", gated["ns"], node_selector={"nvidia.com/gpu.present": "true"}),
     )
     cond = kubectl.wait_for(
-        lambda: (c := scheduled_condition(kubectl, seed["ns"], "cpu-only")) and c.get("message") and c,
+        lambda: (c := scheduled_condition(kubectl, gated["ns"], "cpu-only")) and c.get("message") and c,
         what="cpu-only PodScheduled condition",
     )
     assert cond["status"] == "False" and cond["reason"] == "Unschedulable"
@@ -141,33 +141,33 @@ def test_taint_keeps_non_gpu_pod_pending(seed, kubectl):
     assert "1 node(s) had untolerated taint(s)" in cond["message"], cond
     assert "Insufficient" not in cond["message"], cond
     # NoSchedule does not evict what already runs there
-    assert kubectl.json("-n", seed["ns"], "get", "pod", "trainer")["spec"]["nodeName"] == seed["node0"]
+    assert kubectl.json("-n", gated["ns"], "get", "pod", "trainer")["spec"]["nodeName"] == gated["node0"]
 
 
-def test_tolerating_gpu_pod_passes_both_gates(seed, kubectl):
-    kubectl("apply", "-f", "-", stdin=pod("trainer2", seed["ns"], limits={GPU: "1"}, tolerate=True))
+def test_tolerating_gpu_pod_passes_both_gates(gated, kubectl):
+    kubectl("apply", "-f", "-", stdin=pod("trainer2", gated["ns"], limits={GPU: "1"}, tolerate=True))
     node = kubectl.wait_for(
-        lambda: kubectl.json("-n", seed["ns"], "get", "pod", "trainer2")["spec"].get("nodeName"),
+        lambda: kubectl.json("-n", gated["ns"], "get", "pod", "trainer2")["spec"].get("nodeName"),
         what="trainer2 to be bound",
     )
-    assert node == seed["node0"]
-    assert not kubectl.json("-n", seed["ns"], "get", "pod", "cpu-only")["spec"].get("nodeName")
+    assert node == gated["node0"]
+    assert not kubectl.json("-n", gated["ns"], "get", "pod", "cpu-only")["spec"].get("nodeName")
 
 
-def test_exhausted_gpus_leave_next_pod_pending_for_resources(seed, kubectl):
-    kubectl("apply", "-f", "-", stdin=pod("trainer3", seed["ns"], limits={GPU: "1"}, tolerate=True))
+def test_exhausted_gpus_leave_next_pod_pending_for_resources(gated, kubectl):
+    kubectl("apply", "-f", "-", stdin=pod("trainer3", gated["ns"], limits={GPU: "1"}, tolerate=True))
     cond = kubectl.wait_for(
-        lambda: (c := scheduled_condition(kubectl, seed["ns"], "trainer3")) and c.get("message") and c,
+        lambda: (c := scheduled_condition(kubectl, gated["ns"], "trainer3")) and c.get("message") and c,
         what="trainer3 PodScheduled condition",
     )
     assert cond["status"] == "False"
     assert "Insufficient nvidia.com/gpu" in cond["message"], cond
-    assert "untolerated taint" not in cond["message"].split("Insufficient")[0].split(seed["node0"])[0]
-    pods = kubectl.json("-n", seed["ns"], "get", "pods")["items"]
+    assert "untolerated taint" not in cond["message"].split("Insufficient")[0].split(gated["node0"])[0]
+    pods = kubectl.json("-n", gated["ns"], "get", "pods")["items"]
     used = sum(
         int(c["resources"].get("requests", {}).get(GPU, "0"))
         for p in pods
-        if p["spec"].get("nodeName") == seed["node0"]
+        if p["spec"].get("nodeName") == gated["node0"]
         for c in p["spec"]["containers"]
     )
     pending = sum(1 for p in pods if p["status"].get("phase") == "Pending" and not p["spec"].get("nodeName"))
