@@ -130,14 +130,23 @@ kube_components() { # version: the commands to build, KUBE_COMPONENTS's where it
   fi
 }
 
+kube_ldflags() { # version: the version stamp as Kubernetes' own build sets it (hack/lib/version.sh: gitMinor is the minor alone)
+  local minor=${1#*.}
+  minor=${minor%%.*}
+  echo "-s -w -X k8s.io/component-base/version.gitVersion=v$1 -X k8s.io/component-base/version.gitMajor=${1%%.*} -X k8s.io/component-base/version.gitMinor=$minor"
+}
+
 build_kube() { # version
-  local ver=$1 dest need=() c comps
+  local ver=$1 dest need=() c comps ldflags
   check_kube_version "$ver"
   dest=$(kube_bin "$ver")
+  ldflags=$(kube_ldflags "$ver")
   read -r -a comps <<<"$(kube_components "$ver")"
   mkdir -p "$dest"
+  # a binary stamped otherwise (.<binary>.ldflags) is linked again: from a warm Go build cache in seconds
   for c in "${comps[@]}"; do
-    [ -x "$dest/$c" ] && [ "$(cat "$dest/.$c.version" 2>/dev/null)" = "$ver" ] || need+=("$c")
+    [ -x "$dest/$c" ] && [ "$(cat "$dest/.$c.version" 2>/dev/null)" = "$ver" ] &&
+      [ "$(cat "$dest/.$c.ldflags" 2>/dev/null)" = "$ldflags" ] || need+=("$c")
   done
   [ ${#need[@]} -eq 0 ] && { log "kubernetes v$ver binaries cached (${dest#"$root"/})"; return; }
   local d="$work/kube-$ver" modfile
@@ -160,8 +169,9 @@ build_kube() { # version
   use_go_for "$(go_directive "$modfile")"
   (cd "$d" && for c in "${need[@]}"; do
      log "building $c v$ver (a cold build takes many minutes on two cores)"
-     go build -v -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v$ver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${ver#1.}" -o "$dest/$c" "k8s.io/kubernetes/cmd/$c" 2>&1 | progress "$c"
+     go build -v -trimpath -ldflags "$ldflags" -o "$dest/$c" "k8s.io/kubernetes/cmd/$c" 2>&1 | progress "$c"
      echo "$ver" >"$dest/.$c.version"
+     echo "$ldflags" >"$dest/.$c.ldflags"
    done)
 }
 
