@@ -25,6 +25,12 @@ of truth for the shape).  Facts it rests on (k8s.io/api v0.36.1 and v0.37.2):
 The group/version comes from the cluster where the caller passes kubernetes.core.k8s_cluster_info's answer
 (the first of ``APIS["gang"]``'s shapes it serves, or a refusal naming the gates and runtime-config of the
 release), else from the release or group/version the caller names.
+
+* A served API is not enough: on 1.35 and 1.36 kube-scheduler holds a gang only with ``GangScheduling`` on
+  (k8s.io/kubernetes v1.36.3 pkg/scheduler/apis/config/v1/default_plugins.go:67 adds the GangScheduling
+  plugin under that gate; v1.37.2 default_plugins.go:72 under GenericWorkload, the gate being gone). Given
+  the gates the components run with (gpusplit.k8s.control_plane_health's ``feature_gates``), a gate the
+  release needs that kube-scheduler runs without, or does not report, is refused naming it.
 * ``nvidia.com/gpu`` and every other extended resource: requests must equal limits and be integers.
 """
 
@@ -33,6 +39,11 @@ from __future__ import annotations
 import re
 
 from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane import api_versions
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.components import SCHEDULER
+from ansible_collections.gpusplit.k8s.plugins.module_utils._control_plane.gates import (
+    SUPPORTED_MINORS,
+    spec_at,
+)
 from ansible_collections.gpusplit.k8s.plugins.module_utils._errors import (
     GpusplitError,
     a_type_name,
@@ -108,10 +119,8 @@ def gang_api_version(version) -> str:
     """The group/version a gang job is written in: from ``version``, kubernetes.core.k8s_cluster_info's answer
     (what the cluster serves), a group/version (``scheduling.k8s.io/v1alpha1``) or a release (``1.35``)."""
     if isinstance(version, dict):
-        server = (version.get("version") or {}).get("server") or {}
-        git_version = (server.get("kubernetes") or {}).get("gitVersion") if isinstance(server, dict) else None
         try:
-            return api_versions.pick("gang", version.get("apis"), git_version)
+            return api_versions.pick("gang", version.get("apis"), _release(version))
         except api_versions.ApiVersionError as exc:
             raise WorkloadError([str(exc)]) from None
     if isinstance(version, str) and "/" in version:
@@ -126,6 +135,79 @@ def gang_api_version(version) -> str:
             ]
         )
     return GANG_API_VERSIONS[minor]
+
+
+def _release(version):
+    """The Kubernetes release ``version`` names (the cluster's answer or a release); None for a group/version."""
+    if isinstance(version, dict):
+        server = (version.get("version") or {}).get("server") or {}
+        return (server.get("kubernetes") or {}).get("gitVersion") if isinstance(server, dict) else None
+    if isinstance(version, str) and "/" in version:
+        return None
+    return version
+
+
+def component_gates(gates) -> dict[str, dict[str, bool]]:
+    """``{component: {gate: bool}}`` from control_plane_health's result (its ``feature_gates``) or that mapping;
+    a gate a component did not report (null) is left out. Raises :class:`WorkloadError` on any other shape."""
+    if isinstance(gates, dict) and isinstance(gates.get("feature_gates"), dict):
+        gates = gates["feature_gates"]
+    want = "gpusplit.k8s.control_plane_health's result or {component: {gate: true or false}}"
+    if not isinstance(gates, dict):
+        raise WorkloadError([f"gates: expected {want}, got {type_name(gates)}"])
+    out, errors = {}, []
+    for component, values in gates.items():
+        if not isinstance(values, dict):
+            errors.append(f"gates.{component}: expected {{gate: true or false}}, got {type_name(values)}")
+            continue
+        out[str(component)] = {}
+        for gate, value in values.items():
+            if value is None:
+                continue
+            if not isinstance(value, (bool, int, float)):
+                errors.append(
+                    f"gates.{component}.{gate}: expected true, false, 0 or 1, got {type_name(value)}"
+                )
+                continue
+            out[str(component)][str(gate)] = bool(value)
+    if errors:
+        raise WorkloadError(errors)
+    return out
+
+
+def gate_errors(version, gates) -> list[str]:
+    """Why the release's kube-scheduler would not hold the gang: the gates it needs there (GenericWorkload, and
+    GangScheduling on 1.35 and 1.36) that ``gates`` shows off on a component that reads them, or that
+    kube-scheduler does not report. Empty where ``gates`` is None (nothing to check against)."""
+    if gates is None:
+        return []
+    enabled = component_gates(gates)
+    release = _release(version)
+    if release is None:
+        return [
+            "gates: checking them needs the cluster's release; pass kubernetes.core.k8s_cluster_info's answer "
+            "or a release (1.36), not a group/version"
+        ]
+    minor = minor_of(release, WorkloadError)
+    off = api_versions.gates_refusal("gang", release, enabled)
+    if off:
+        return [off]
+    needed = api_versions.gates_needed("gang", release)
+    reported = enabled.get(SCHEDULER, {})
+    unknown = [
+        g
+        for g in needed
+        if minor in SUPPORTED_MINORS and SCHEDULER in spec_at(g, minor)["components"] and g not in reported
+    ]
+    if not unknown:
+        return []
+    asked = ", ".join(f"{g}: true" for g in needed)
+    return [
+        f"a gang job: the gates given do not say whether kube-scheduler runs with {', '.join(unknown)}, which "
+        f"Kubernetes {release} needs for gangs; read them on a control-plane node with "
+        f"gpusplit.k8s.control_plane_health (components [kube-scheduler], feature_gates {{{asked}}}). "
+        "Nothing was changed."
+    ]
 
 
 def _int(value, what, errors, minimum):
@@ -228,10 +310,20 @@ def _context(job: dict, api_version: str) -> dict:
     }
 
 
-def _gang(spec, version) -> tuple[dict, str, str]:
-    """The job, its group/version and the kind that carries the policy (PodGroup, or a 1.35 Workload)."""
+def _gang(spec, version, gates=None) -> tuple[dict, str, str]:
+    """The job, its group/version and the kind that carries the policy (PodGroup, or a 1.35 Workload); every
+    refusal of the gates and the spec at once."""
     api_version = gang_api_version(version)
-    job = resolve_job(spec)
+    try:
+        errors = gate_errors(version, gates)
+    except WorkloadError as exc:
+        errors = exc.errors
+    try:
+        job = resolve_job(spec)
+    except WorkloadError as exc:
+        raise WorkloadError(errors + exc.errors) from None
+    if errors:
+        raise WorkloadError(errors)
     kind = GANG_KINDS[api_version]
     if kind == "Workload" and job["workload"] is not None:
         raise WorkloadError(
@@ -249,10 +341,10 @@ def _render(kind, job, api_version, **extra) -> dict:
     )
 
 
-def render_podgroup(spec: dict, version="1.37") -> dict:
+def render_podgroup(spec: dict, version="1.37", gates=None) -> dict:
     """The object that carries a gang job's policy for a cluster of ``version``: its PodGroup, or (1.35) its
-    Workload."""
-    job, api_version, kind = _gang(spec, version)
+    Workload; ``gates`` as in :func:`gate_errors`."""
+    job, api_version, kind = _gang(spec, version, gates)
     return _render(kind, job, api_version)
 
 
@@ -260,18 +352,19 @@ def member_name(name: str, index: int) -> str:
     return f"{name}-{index}"
 
 
-def render_member_pod(spec: dict, index: int, version="1.37") -> dict:
+def render_member_pod(spec: dict, index: int, version="1.37", gates=None) -> dict:
     """Member ``index`` (0-based) of a gang job: a Pod naming its PodGroup in spec.schedulingGroup, or (1.35)
     its Workload's pod group in spec.workloadRef."""
-    job, api_version, kind = _gang(spec, version)
+    job, api_version, kind = _gang(spec, version, gates)
     return _render(
         "Pod", job, api_version, group_kind=kind, pod_name=member_name(job["name"], index), index=index
     )
 
 
-def render_gang_job(spec: dict, version="1.37") -> list[dict]:
-    """``[PodGroup (or Workload), Pod 0, ..., Pod replicas-1]`` in creation order (the group first)."""
-    job, api_version, kind = _gang(spec, version)
+def render_gang_job(spec: dict, version="1.37", gates=None) -> list[dict]:
+    """``[PodGroup (or Workload), Pod 0, ..., Pod replicas-1]`` in creation order (the group first); ``gates``
+    (the components' gates, :func:`gate_errors`) refuses a gang the release's kube-scheduler would not hold."""
+    job, api_version, kind = _gang(spec, version, gates)
     objects = [_render(kind, job, api_version)]
     for index in range(job["replicas"]):
         objects.append(

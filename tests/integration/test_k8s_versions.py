@@ -13,9 +13,11 @@ Kubernetes sources (plugins/module_utils/_control_plane/api_versions.py names th
   fails before any change naming the release's gates (1.35, 1.36);
 * playbooks/feature_gates.yml turns GenericWorkload on (and GangScheduling on 1.35 and 1.36) on the
   release's kubeadm-shaped manifests, and the Workload API of that release is served afterwards; a gang
-  job rendered from the live discovery (a v1alpha1 Workload with pod groups on 1.35, a PodGroup on 1.36
-  and 1.37) is held by the release's real kube-scheduler until every member fits, then bound together;
-  the manifests are put back at the end;
+  job submitted through the filter gang_job, given the live discovery and kube-scheduler's gates
+  (control_plane_health), in the release's shape (a v1alpha1 Workload with pod groups on 1.35, a PodGroup
+  on 1.36 and 1.37) is held by the release's real kube-scheduler until every member fits, then bound
+  together; on 1.35 and 1.36, with GangScheduling taken off kube-scheduler alone, the same submission is
+  refused before anything is created, naming the gate; the manifests are put back at the end;
 * gpu_pending_diagnose takes the release's kube-scheduler message apart (1.35 and 1.36 add their PostFilter's
   words before "preemption:", kept out of the reasons).
 
@@ -98,9 +100,14 @@ def discovery() -> dict:
 
 
 def server_version() -> str:
+    return server_version_info().git_version
+
+
+def server_version_info():
+    """kube-apiserver's /version (git_version, major, minor)."""
     from kubernetes import client, config
 
-    return client.VersionApi(config.new_client_from_config(str(C.KUBECONFIG))).get_code().git_version
+    return client.VersionApi(config.new_client_from_config(str(C.KUBECONFIG))).get_code()
 
 
 def run_playbook(playbook: str, extra_vars: dict, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -117,7 +124,7 @@ def run_playbook(playbook: str, extra_vars: dict, timeout: float = 600) -> subpr
             str(VENV_BIN / "ansible-playbook"),
             "-i",
             "inventory/lab",
-            f"playbooks/{playbook}",
+            playbook if Path(playbook).is_absolute() else f"playbooks/{playbook}",
             "-e",
             json.dumps(extra_vars),
         ],
@@ -133,7 +140,10 @@ def run_playbook(playbook: str, extra_vars: dict, timeout: float = 600) -> subpr
 def test_the_control_plane_runs_the_releases_own_binaries(lab, kubectl):
     version = release()
     assert version in C.kube_versions()
-    assert server_version() == f"v{version}"
+    info = server_version_info()
+    assert info.git_version == f"v{version}"
+    # stamped as Kubernetes' own build stamps it: the minor alone ("36", not "36.3")
+    assert (info.major, info.minor) == tuple(minor().split(".")), info
     state = labctl.read_state()
     for name in C.STATIC_COMPONENTS:
         argv = C.command_from_manifest(C.MANIFESTS / f"{name}.yaml")
@@ -156,8 +166,10 @@ def test_kubectl_is_within_one_minor_of_the_release(lab):
     out = subprocess.run(
         ["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True, env=env, check=True
     ).stdout
-    client = json.loads(out)["clientVersion"]["gitVersion"]  # v1.36.3
+    stamp = json.loads(out)["clientVersion"]
+    client = stamp["gitVersion"]  # v1.36.3
     assert abs(int(client.split(".")[1]) - int(minor().split(".")[1])) <= 1, client
+    assert stamp["minor"] == client.split(".")[1], stamp  # the minor alone, as kubectl's own build stamps it
 
 
 def test_the_versions_picked_from_the_live_discovery(lab):
@@ -319,19 +331,101 @@ def manifests_restored(lab):
 GANG_LABEL = "gpusplit.io/version-gang"
 
 
-def cluster_info(apis: dict, version: str) -> dict:
-    """kubernetes.core.k8s_cluster_info's answer, the input of the filter gang_job."""
-    return {"apis": apis, "version": {"server": {"kubernetes": {"gitVersion": version}}}}
+# A user's gang job: the discovery, the gates kube-scheduler runs with (control_plane_health on the control-plane
+# node), the filter gang_job given both, then the objects created. Run on the lab's control-plane host.
+GANG_PLAYBOOK = """
+- name: Submit a gang job the release's kube-scheduler holds
+  hosts: control_plane
+  gather_facts: false
+  tasks:
+    - name: Ask the API server what it serves
+      kubernetes.core.k8s_cluster_info:
+        kubeconfig: "{{ gpusplit_kubeconfig }}"
+      register: cluster_info
+    - name: Read the gates kube-scheduler runs with
+      gpusplit.k8s.control_plane_health:
+        components: [kube-scheduler]
+        endpoints: "{{ gpusplit_cp_endpoints }}"
+        kubeconfig: "{{ gpusplit_cp_kubeconfig }}"
+        feature_gates: {GenericWorkload: true, GangScheduling: true}
+        timeout: 0
+        stable_probes: 1
+      register: scheduler
+      failed_when: false
+    - name: Render the gang
+      ansible.builtin.set_fact:
+        gang: "{{ gang_spec | gpusplit.k8s.gang_job(cluster_info, scheduler) }}"
+    - name: Create it
+      kubernetes.core.k8s:
+        kubeconfig: "{{ gpusplit_kubeconfig }}"
+        definition: "{{ gang }}"
+"""
 
 
-def gang_waits_until_all_fit(kubectl, core_api, apis: dict, version: str) -> None:
-    """A gang of three one-GPU pods, rendered from the live discovery, on a kwok node of its own with two GPUs:
-    none is bound; with a third GPU all three are bound together."""
-    import uuid
+def submit_gang(tmp_path: Path, spec: dict) -> subprocess.CompletedProcess:
+    playbook = tmp_path / "gang.yml"
+    playbook.write_text(GANG_PLAYBOOK)
+    return run_playbook(str(playbook), {"gang_spec": spec}, timeout=300)
 
+
+def gang_spec(ns: str, run: str) -> dict:
+    """Three one-GPU pods, kept to a kwok node of this run by its label and taint."""
+    return {
+        "name": "train",
+        "namespace": ns,
+        "replicas": 3,
+        "gpus_per_pod": 1,
+        "node_selector": {GANG_LABEL: run},
+        "tolerations": [{"key": GANG_LABEL, "operator": "Equal", "value": run, "effect": "NoSchedule"}],
+        "termination_grace_period_seconds": 0,
+    }
+
+
+def scheduler_without_gang_scheduling() -> None:
+    """kube-scheduler's manifest with GenericWorkload kept and GangScheduling taken out (as where feature_gates.yml
+    ran with GenericWorkload alone), the scheduler restarted with it; manifests_restored puts it back."""
+    import re
+
+    path = C.MANIFESTS / "kube-scheduler.yaml"
+    text = path.read_text()
+    edited = re.sub(r"GangScheduling=true,?", "", text).replace(",\n", "\n")
+    assert edited != text and "GenericWorkload=true" in edited, edited
+    path.write_text(edited)
+    health = labctl.wait_healthy(240)
+    assert health and all(v["healthy"] for v in health.values()), labctl.report_unhealthy(health or {})
+
+
+def gang_refused_without_gang_scheduling(kubectl, tmp_path: Path) -> None:
+    """GenericWorkload on, GangScheduling off on kube-scheduler: the run stops at the filter, naming the gate,
+    before anything is created."""
+    run = uuid.uuid4().hex[:6]
+    ns = f"gsver-nogang-{run}"
+    kubectl.namespace(ns)
+    try:
+        started = time.monotonic()
+        scheduler_without_gang_scheduling()
+        done = submit_gang(tmp_path, gang_spec(ns, run))
+        text = " ".join((done.stdout + done.stderr).split())
+        assert done.returncode != 0, text[-3000:]
+        assert (
+            f"Kubernetes v{release()} serves the API, but GangScheduling on kube-scheduler is off" in text
+        ), text[-3000:]
+        assert "gpusplit_feature_gates {GenericWorkload: true, GangScheduling: true}" in text
+        assert "Nothing was changed." in text
+        group = {"1.35": "workloads", "1.36": "podgroups"}[minor()] + ".scheduling.k8s.io"
+        assert kubectl.json("-n", ns, "get", "pods")["items"] == []
+        assert kubectl.json("-n", ns, "get", group)["items"] == []
+        print(f"\n{release()}: gang refused without GangScheduling in {time.monotonic() - started:.1f}s")
+    finally:
+        kubectl("delete", "namespace", ns, "--wait=false", check=False)
+
+
+def gang_waits_until_all_fit(kubectl, core_api, tmp_path: Path) -> None:
+    """A gang of three one-GPU pods, submitted through the filter given the live discovery and kube-scheduler's
+    gates, on a kwok node of its own with two GPUs: none is bound; with a third GPU all three are bound
+    together."""
     from test_gang_scheduling import node_ready, set_gpus
 
-    from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gang_job_render as workload
     from lab import nodes as labnodes
 
     run = uuid.uuid4().hex[:6]
@@ -341,22 +435,13 @@ def gang_waits_until_all_fit(kubectl, core_api, apis: dict, version: str) -> Non
     set_gpus(kubectl, node, 2)
     kubectl.wait_for(lambda: node_ready(kubectl, node), timeout=90, what=f"node {node} Ready")
     kubectl.namespace(ns)
-    spec = {
-        "name": "train",
-        "namespace": ns,
-        "replicas": 3,
-        "gpus_per_pod": 1,
-        "node_selector": {GANG_LABEL: run},
-        "tolerations": [{"key": GANG_LABEL, "operator": "Equal", "value": run, "effect": "NoSchedule"}],
-        "termination_grace_period_seconds": 0,
-    }
-    objects = workload.render_gang_job(spec, cluster_info(apis, version))
     group_kind = {"1.35": "Workload"}.get(minor(), "PodGroup")
-    assert objects[0]["kind"] == group_kind
-    assert objects[0]["apiVersion"] == next(iter(GENERIC_WORKLOAD[minor()]))
     members = lambda: kubectl.json("-n", ns, "get", "pods", "-l", "gpusplit.io/podgroup=train")["items"]  # noqa: E731
     try:
-        kubectl("apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects}))
+        done = submit_gang(tmp_path, gang_spec(ns, run))
+        assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+        (group,) = kubectl.json("-n", ns, "get", f"{group_kind.lower()}s.scheduling.k8s.io")["items"]
+        assert group["apiVersion"] == next(iter(GENERIC_WORKLOAD[minor()])), group
         created = members()
         link = "workloadRef" if group_kind == "Workload" else "schedulingGroup"
         assert len(created) == 3 and all(p["spec"].get(link) for p in created), (
@@ -377,7 +462,7 @@ def gang_waits_until_all_fit(kubectl, core_api, apis: dict, version: str) -> Non
             what="all three members bound",
         )
         print(
-            f"\n{release()}: gang of 3 in {objects[0]['apiVersion']} {group_kind} held on 2 GPUs ({messages}), "
+            f"\n{release()}: gang of 3 in {group['apiVersion']} {group_kind} held on 2 GPUs ({messages}), "
             f"bound {time.monotonic() - started:.1f}s after the third"
         )
     finally:
@@ -385,7 +470,9 @@ def gang_waits_until_all_fit(kubectl, core_api, apis: dict, version: str) -> Non
         kubectl("delete", "node", node, "--wait=false", check=False)
 
 
-def test_feature_gates_turn_the_workload_api_of_the_release_on(manifests_restored, kubectl, core_api):
+def test_feature_gates_turn_the_workload_api_of_the_release_on(
+    manifests_restored, kubectl, core_api, tmp_path
+):
     before = discovery()
     for group_version in GENERIC_WORKLOAD[minor()]:
         assert group_version not in before
@@ -414,7 +501,11 @@ def test_feature_gates_turn_the_workload_api_of_the_release_on(manifests_restore
     for name in C.STATIC_COMPONENTS:
         text = (C.MANIFESTS / f"{name}.yaml").read_text()
         assert "GenericWorkload=true" in text, name
-    gang_waits_until_all_fit(kubectl, core_api, after, version)
+    assert "GangScheduling=true" in (C.MANIFESTS / "kube-scheduler.yaml").read_text() or minor() == "1.37"
+    gang_waits_until_all_fit(kubectl, core_api, tmp_path)
+    if "GangScheduling" in gates:
+        # the Workload API served, but a kube-scheduler without GangScheduling would not hold a gang: refused
+        gang_refused_without_gang_scheduling(kubectl, tmp_path)
 
 
 # --------------------------------------------------------------------------------------------

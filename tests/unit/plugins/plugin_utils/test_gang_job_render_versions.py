@@ -128,3 +128,71 @@ def test_group_versions_and_releases_named_by_the_caller():
 def test_workload_link_on_135_is_refused():
     with pytest.raises(workload.WorkloadError, match="leave workload out"):
         workload.render_gang_job({**JOB, "workload": {"name": "w", "template": "t"}}, "1.35")
+
+
+# control_plane_health's answer for kube-scheduler, asked for both gates: its kubernetes_feature_enabled values,
+# null where the release registers no such gate (GangScheduling on 1.37)
+def scheduler(**gates):
+    return {"healthy": False, "feature_gates": {"kube-scheduler": gates}}
+
+
+@pytest.mark.parametrize("release", ["1.35.4", "1.36.3"])
+def test_a_scheduler_without_gang_scheduling_is_refused_naming_the_gate(release):
+    info = cluster_info(release, **ON[release])
+    with pytest.raises(workload.WorkloadError) as err:
+        workload.render_gang_job(JOB, info, scheduler(GenericWorkload=1.0, GangScheduling=0.0))
+    (text,) = err.value.errors
+    assert f"Kubernetes v{release} serves the API, but GangScheduling on kube-scheduler is off" in text
+    assert "GangScheduling (alpha, off by default; kube-scheduler)" in text
+    assert "gpusplit_feature_gates {GenericWorkload: true, GangScheduling: true}" in text
+    assert text.endswith("Nothing was changed.")
+    # with the gate on the same job renders, in the release's shape
+    objects = workload.render_gang_job(JOB, info, scheduler(GenericWorkload=1.0, GangScheduling=1.0))
+    assert objects == workload.render_gang_job(JOB, info)
+    # the filter takes control_plane_health's answer as its second argument
+    f = workload_filters.FilterModule().filters()["gang_job"]
+    assert f(JOB, info, scheduler(GenericWorkload=True, GangScheduling=True)) == objects
+
+
+def test_137_needs_no_gang_scheduling_but_generic_workload_on_the_scheduler():
+    info = cluster_info("1.37.2", **ON["1.37.2"])
+    # 1.37 registers no GangScheduling: its metric is absent (null), and nothing asks for it
+    assert workload.render_gang_job(JOB, info, scheduler(GenericWorkload=1.0, GangScheduling=None))
+    with pytest.raises(workload.WorkloadError, match="GenericWorkload on kube-scheduler is off"):
+        workload.render_gang_job(JOB, info, {"kube-scheduler": {"GenericWorkload": False}})
+
+
+def test_a_scheduler_that_does_not_report_the_gate_is_refused_saying_how_to_read_it():
+    info = cluster_info("1.36.3", **ON["1.36.3"])
+    for gates in ({}, scheduler(GenericWorkload=1.0), {"kube-apiserver": {"GangScheduling": True}}):
+        with pytest.raises(workload.WorkloadError) as err:
+            workload.render_gang_job(JOB, info, gates)
+        (text,) = err.value.errors
+        assert "do not say whether kube-scheduler runs with" in text and "GangScheduling" in text, text
+        assert "gpusplit.k8s.control_plane_health" in text and "GangScheduling: true" in text
+
+
+def test_gates_of_the_wrong_shape_or_without_a_release_are_refused_with_the_spec_errors():
+    info = cluster_info("1.35.4", **ON["1.35.4"])
+    with pytest.raises(workload.WorkloadError) as err:
+        workload.render_gang_job({**JOB, "replicas": 0}, info, {"kube-scheduler": {"GangScheduling": "on"}})
+    assert err.value.errors == [
+        "gates.kube-scheduler.GangScheduling: expected true, false, 0 or 1, got string",
+        "replicas must be >= 1, got 0",
+    ]
+    with pytest.raises(workload.WorkloadError) as err:
+        workload.render_gang_job(
+            {**JOB, "replicas": 0}, info, scheduler(GenericWorkload=0.0, GangScheduling=1.0)
+        )
+    # every reason at once: the gate and the spec
+    assert len(err.value.errors) == 2 and "GenericWorkload on kube-scheduler is off" in err.value.errors[0]
+    assert err.value.errors[1] == "replicas must be >= 1, got 0"
+    with pytest.raises(workload.WorkloadError, match="gates: expected"):
+        workload.render_gang_job(JOB, info, ["GangScheduling"])
+    with pytest.raises(workload.WorkloadError, match="needs the cluster's release"):
+        workload.render_gang_job(
+            JOB, "scheduling.k8s.io/v1alpha2", scheduler(GenericWorkload=1, GangScheduling=1)
+        )
+    # a release named by the caller is checked like the cluster's answer
+    with pytest.raises(workload.WorkloadError, match="GangScheduling on kube-scheduler is off"):
+        workload.render_podgroup(JOB, "1.36", scheduler(GenericWorkload=1, GangScheduling=0))
