@@ -2,7 +2,9 @@
 
 Product files (plugins, roles, playbooks, templates) and user docs (docs/*.md outside docs/dev/,
 README.md) name no work round, no seed and no DESIGN.md: a comment gives its reason, and the
-measurement history lives in docs/dev/measurements.md. docs/performance.md stays a short user page.
+measurement history lives in docs/dev/measurements.md. No test file is named after a seed: it is named
+after what it tests. docs/performance.md stays a short user page, and the user pages together stay
+under USER_DOCS_MAX_LINES.
 """
 
 import re
@@ -13,6 +15,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCT_DIRS = ("plugins", "roles", "playbooks", "templates")
 PERFORMANCE_MAX_LINES = 200
+USER_DOCS_MAX_LINES = 3000
+SEED_NAME = re.compile(r"seed_?\d", re.IGNORECASE)
 
 _ORDINALS = (
     "first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|eleventh|twelfth|thirteenth|"
@@ -106,4 +110,25 @@ def test_performance_page_is_short():
     assert len(lines) <= PERFORMANCE_MAX_LINES, (
         f"docs/performance.md has {len(lines)} lines, at most {PERFORMANCE_MAX_LINES}: "
         "the measurement history goes to docs/dev/measurements.md"
+    )
+
+
+def test_no_test_file_is_named_after_a_seed():
+    named = [
+        p.relative_to(ROOT).as_posix()
+        for p in sorted((ROOT / "tests").rglob("*.py"))
+        if SEED_NAME.search(p.name)
+    ]
+    assert not named, f"name these after what they test: {named}"
+    assert SEED_NAME.search("test_seed002_resource_gate.py") and not SEED_NAME.search(
+        "test_extended_resource_gates.py"
+    )
+
+
+def test_the_user_pages_stay_short():
+    pages = sorted((ROOT / "docs").glob("*.md"))
+    total = sum(len(p.read_text(encoding="utf-8").splitlines()) for p in pages)
+    assert total < USER_DOCS_MAX_LINES, (
+        f"docs/*.md has {total} lines together, under {USER_DOCS_MAX_LINES} wanted: move developer material "
+        "to docs/dev/, say once what is said twice, or link the page that holds it"
     )
