@@ -39,9 +39,16 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.report import (
     parse_eviction_message,
 )
 from ansible_collections.gpusplit.k8s.plugins.module_utils._gpu.ids import sysfs_pci_address_or_none
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split import sharing
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.planner import plan_node
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.chart import chart_values
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.claims import host_share_toleration
-from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.render import diagnostic_claim, render_claim
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.render import (
+    diagnostic_claim,
+    host_share_rules,
+    render_claim,
+)
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.split_render import render_template
 from lab import components as C
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -819,3 +826,67 @@ def test_unsplit_to_kubernetes_leaves_no_device_taint_rule_of_gpusplits_on_the_n
         assert {n: r["metadata"]["resourceVersion"] for n, r in our_rules().items()} == after
     finally:
         run_playbook(ctx, "dra.yml", "-e", "gpusplit_dra_driver_install=false")  # the node split again
+
+
+# --------------------------------------------------------------------------------------------
+# (7) a time-sliced Kubernetes share: gpusplit's DeviceClass with the driver's GpuConfig
+
+TS = "gsdra-ts-01"
+
+
+def test_time_sliced_device_class_is_admitted_and_no_claim_without_toleration_gets_the_host_share(ctx):
+    """gpusplit's DeviceClass (opaque GpuConfig, the Kubernetes GPUs by UUID) as the real API server stores it; a
+    claim from it gets the node's Kubernetes GPU, and a claim of the chart's class with its own sharing config and
+    no toleration never gets the host-share GPU, the one device left."""
+    gpus = fixture_gpus("workstation")
+    plan = plan_node(TS, gpus, "dra", {"host_count": 1}, sharing={"time_slicing": {"interval": "Medium"}})
+    [host_device] = plan["dra_devices"]
+    [context] = sharing.dra_device_class_contexts([plan])
+    device_class = render_template("deviceclass.yaml.j2", **context)
+    rules = host_share_rules(plan)
+    try:
+        harness.publish(TS, "workstation")
+        for rule in rules:
+            harness.apply(rule)
+        harness.apply(device_class)
+        stored = harness.get(RULES, "DeviceClass", context["name"])
+        assert stored["spec"] == device_class["spec"]  # the opaque GpuConfig kept as written
+        assert stored["spec"]["config"][0]["opaque"]["parameters"]["sharing"] == {
+            "strategy": "TimeSlicing",
+            "timeSlicingConfig": {"interval": "Medium"},
+        }
+
+        harness.apply(render_claim("ts-gpu", ctx.ns, device_class=context["name"]))
+        harness.apply(claim_pod(ctx, "ts-0", "ts-gpu", TS))
+        pool, device = wait_for(
+            lambda: allocated_device(ctx, "ts-0"), timeout=60, what="the time-sliced claim"
+        )
+        kube_minor = next(g["minor_number"] for g in gpus if g["uuid"] in plan["dra_sharing"]["uuids"])
+        assert (pool, device) == (TS, f"gpu-{kube_minor}")
+
+        tenant = render_claim("own-sharing", ctx.ns)
+        tenant["spec"]["spec"]["devices"]["config"] = [
+            {"requests": ["gpu"], "opaque": context["config"][0]},
+        ]
+        harness.apply(tenant)
+        harness.apply(claim_pod(ctx, "ts-1", "own-sharing", TS))
+        settled = wait_for(
+            lambda: allocated_device(ctx, "ts-1") or scheduled_message(ctx, "ts-1"),
+            what="the tenant pod's claim",
+        )
+        assert isinstance(settled, str) and "cannot allocate all claims" in settled, settled
+        # the host-share device is free: only its taint keeps the tenant's claim off it
+        held = [
+            (r["pool"], r["device"])
+            for c in list_objects(RULES, "ResourceClaim", ctx.ns)
+            for r in ((c.get("status") or {}).get("allocation") or {}).get("devices", {}).get("results", [])
+        ]
+        assert (TS, host_device) not in held and (TS, device) in held
+    finally:
+        for name in ("ts-0", "ts-1"):
+            harness.delete("v1", "Pod", name, ctx.ns)
+        harness.delete(RULES, "DeviceClass", context["name"])
+        for rule in rules:
+            harness.delete(RULES, "DeviceTaintRule", rule["metadata"]["name"])
+        harness.unpublish(TS)
+        harness.delete("v1", "Node", TS)
