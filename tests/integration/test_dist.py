@@ -11,8 +11,7 @@ OK. AWX's slicing (each slice's inventory holds only its hosts) with gpusplit_pr
 slice leaves the other slice's DaemonSets and labels alone.
 
 The quick start (docs/quickstart.md): every command of its shell blocks, read from the page, from a
-fresh HOME, against inventory/example with the lab's settings of its two hosts added; it takes minutes,
-so it runs where GPUSPLIT_QUICKSTART=1, and make test checks the page against it without the lab.
+fresh HOME, against inventory/example with the lab's settings of its two hosts added.
 
 The lab inventory derives gpusplit_lab_root from playbook_dir, which for an installed collection's
 playbook is the install, so the run passes the checkout as gpusplit_lab_root (the fakes, fixtures
@@ -404,7 +403,7 @@ def test_the_quick_start_page_is_what_its_end_to_end_run_reads():
     assert name == daemonset_name("gpu-01.example.com")
 
 
-def _quick_start_end_to_end(lab, kubectl, core_api, tarball, tmp_path):
+def test_the_quick_start_runs_end_to_end_from_the_tarball(lab, kubectl, core_api, tarball, tmp_path):
     """docs/quickstart.md's commands, read from the page, from a fresh HOME (so ~/.ansible/collections is an
     empty collections path and ~/.kube/config the lab's kubeconfig) and a working folder holding the tarball.
 
@@ -567,10 +566,3 @@ def _check_quickstart_step(command, run, kubectl, work, install, pristine, page)
             :3000
         ]
         assert "gpusplit_exclude_unhealthy" in out
-
-
-# the quick start end to end takes minutes (about 3 on a quiet 2-core machine, 6.6 at load average 12), over what
-# make test's budget gives one lab test: it runs where GPUSPLIT_QUICKSTART=1 (make test-matrix), and make test
-# checks the page's commands and names without the lab (test_the_quick_start_page_is_what_its_end_to_end_run_reads)
-if os.environ.get("GPUSPLIT_QUICKSTART") == "1":
-    test_the_quick_start_runs_end_to_end_from_the_tarball = _quick_start_end_to_end

@@ -119,8 +119,13 @@ def test_changing_one_nodes_split_changes_only_its_daemonset(split, kubectl, tmp
         hosts["lab-dgx-01"]["gpusplit_split"] = {"host_count": 3}
 
     inv = inventory_copy(tmp_path, edit)
-    check = run_playbook("split.yml", inv, "--check", "--diff")
+    # site.yml's verify in check mode reports the node that a real run would change and does not fail
+    check = run_playbook("site.yml", inv, "--check", "--diff")
     assert "gpusplit-dp-lab-dgx-01" in check.stdout  # the diff names it
+    assert "check mode: nothing was applied" in check.stdout
+    assert "TASK [gpusplit.k8s.gpu_verify : Fail when a node's split does not hold]" not in check.stdout or (
+        "skipping: [localhost]" in check.stdout.split("Fail when a node's split does not hold]", 1)[1][:300]
+    )
     assert (
         plugin_daemonsets(kubectl)["gpusplit-dp-lab-dgx-01"]["metadata"]["resourceVersion"]
         == before["gpusplit-dp-lab-dgx-01"]
