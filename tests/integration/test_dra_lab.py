@@ -59,6 +59,8 @@ HOSTS = {
         "gpusplit_lab_fixture": "workstation",
         "gpusplit_mode": "dra",
         "gpusplit_split": {"host_count": 1},
+        # its Kubernetes GPU in gpusplit's DeviceClass gpusplit-time-slicing-short
+        "gpusplit_sharing": {"time_slicing": {"interval": "Short"}},
         # a simulated host: containerd cannot be asked, its version is given
         "gpusplit_containerd_version": "1.7.27",
     },
@@ -71,6 +73,7 @@ HOSTS = {
 RULES = "resource.k8s.io/v1"
 PLUGIN_IMAGE = "nvcr.io/nvidia/k8s-device-plugin:v0.20.0"
 CHART_RELEASE = "gsdra-driver"
+SHARED_CLASS = "gpusplit-time-slicing-short"
 
 
 def fixture_gpus(name):
@@ -246,6 +249,7 @@ def ctx(lab, tmp_path_factory):
     harness.retry(lambda: harness.delete("v1", "Namespace", c.ns))
     for name in our_rules():
         harness.delete(RULES, "DeviceTaintRule", name)
+    harness.delete(RULES, "DeviceClass", SHARED_CLASS)
     harness.delete("apps/v1", "DaemonSet", f"gpusplit-dp-{DP}", "kube-system")
     for node in (DGX, WS):
         harness.unpublish(node)
@@ -333,6 +337,16 @@ def test_dra_playbook_taints_the_host_share(ctx):
     values = yaml.safe_load((ctx.out / "dra-driver-values.yaml").read_text())
     assert values["kubeletPlugin"]["nodeSelector"] == {"gpusplit.io/mode": "dra"}
     assert values["gpuResourcesEnabledOverride"] is True
+    # the time-sliced workstation: its Kubernetes GPU (minor 0) in gpusplit's class, the driver's gate on
+    assert values["featureGates"] == {"TimeSlicingSettings": True}
+    dc = harness.get(RULES, "DeviceClass", SHARED_CLASS)
+    assert dc["spec"]["selectors"][0]["cel"]["expression"].endswith(
+        f"uuid in ['{uuid_of('workstation', 0)}']"
+    )
+    assert dc["spec"]["config"][0]["opaque"]["parameters"]["sharing"] == {
+        "strategy": "TimeSlicing",
+        "timeSlicingConfig": {"interval": "Short"},
+    }
 
     # a re-run changes nothing and sends no write: cluster_apply counts its own requests (the API
     # server's request metrics are shared with the other tests on this lab)

@@ -281,7 +281,7 @@ def dra_device_class_contexts(node_plans):
         )
         if len(expression) > CEL_EXPRESSION_MAX:
             errors.append(
-                f"DeviceClass {name}: {len(set(uuids[interval]))} time-sliced GPUs make a selector of {len(expression)} "
+                f"DeviceClass {name}: {len(set(uuids[interval]))} time-sliced GPUs need a selector of {len(expression)} "
                 f"characters, more than the {CEL_EXPRESSION_MAX} the API server takes; give some nodes another "
                 f"{VAR}.time_slicing.interval"
             )

@@ -2,13 +2,16 @@
 # Apache-2.0
 """DRA mode's Kubernetes objects, rendered from templates/ with Jinja2 (controller only). Private to the collection.
 
-DeviceTaintRules (the host share, excluded and isolated GPUs) and claims. What each object says is
+DeviceTaintRules (the host share, excluded and isolated GPUs), claims and the DeviceClasses of time-sliced
+Kubernetes shares. What each object says is
 decided and checked in the other files of this package (the ``*_context`` functions); this file
 only renders it. The lab harness's DeviceClass and ResourceSlice are rendered by lab/dra_driver.py.
 """
 
 from __future__ import annotations
 
+from ansible_collections.gpusplit.k8s.plugins.module_utils._dra.names import dra_node_plans
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.sharing import dra_device_class_contexts
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils._dra.claims import (
     claim_context,
     diagnostic_claim_context,
@@ -23,6 +26,7 @@ from ansible_collections.gpusplit.k8s.plugins.plugin_utils.split_render import r
 
 TAINT_RULE_TEMPLATE = "devicetaintrule.yaml.j2"
 CLAIM_TEMPLATE = "resourceclaimtemplate.yaml.j2"
+DEVICE_CLASS_TEMPLATE = "deviceclass.yaml.j2"
 
 
 def render_taint_rule(*args, **kwargs):
@@ -74,3 +78,11 @@ def render_claim(*args, **kwargs):
 def diagnostic_claim(name, namespace, located, kind="ResourceClaim"):
     """A claim for exactly the isolated GPU ``located`` (see locate_gpu), tolerating its isolation taint."""
     return render_template(CLAIM_TEMPLATE, **diagnostic_claim_context(name, namespace, located, kind))
+
+
+def sharing_device_classes(plan):
+    """gpusplit's DeviceClasses of the time-sliced Kubernetes shares of the nodes in mode dra, sorted by name
+    (``sharing.py`` dra_device_class_contexts: one per interval, with the driver's GpuConfig)."""
+    return [
+        render_template(DEVICE_CLASS_TEMPLATE, **c) for c in dra_device_class_contexts(dra_node_plans(plan))
+    ]

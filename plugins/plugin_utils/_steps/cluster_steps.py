@@ -29,6 +29,7 @@ render = lazy("plugin_utils.split_render")
 resplit = lazy("plugin_utils.resplit")
 resplit_inventory = lazy("plugin_utils.resplit_inventory")
 rollout = lazy("plugin_utils.rollout")
+sharing = lazy("module_utils._split.sharing")
 stock_plugin = lazy("plugin_utils.stock_plugin")
 
 # the label selector of gpusplit's split device-plugin DaemonSets (what the prune may remove)
@@ -228,7 +229,9 @@ def dra_check_published(inputs, context):
 def dra_split_objects(inputs, context):
     """``rules``: one DeviceTaintRule per host-share and excluded device of every node in mode dra (the MIG devices
     of a reserved MIG-enabled GPU too, from ``slices``); ``node_patches``: gpusplit's labels of those nodes;
-    ``table``: the rules for a person, line by line; ``unplanned``: the kept nodes of the GPU groups' hosts.
+    ``table``: the rules for a person, line by line; ``unplanned``: the kept nodes of the GPU groups' hosts;
+    ``device_classes`` (and ``device_class_selector``, what a run prunes): gpusplit's DeviceClasses of the
+    time-sliced Kubernetes shares.
 
     inputs: plan, effect, slices, operator_managed, kept (dra_split_scope's prune), gpu_hosts, api_version (the
     DeviceTaintRule group/version to write, from cluster_api_versions).
@@ -249,6 +252,8 @@ def dra_split_objects(inputs, context):
         ],
         "table": dra_rules.rules_table(rules).split("\n"),
         "unplanned": unique_in(list_input(inputs, "kept"), gpu_host_nodes),
+        "device_classes": dra_render.sharing_device_classes(plan),
+        "device_class_selector": sharing.DRA_CLASS_SELECTOR,
     }
 
 
