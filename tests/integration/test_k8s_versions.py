@@ -420,12 +420,20 @@ def gang_refused_without_gang_scheduling(kubectl, tmp_path: Path) -> None:
         kubectl("delete", "namespace", ns, "--wait=false", check=False)
 
 
-def gang_waits_until_all_fit(kubectl, core_api, tmp_path: Path) -> None:
-    """A gang of three one-GPU pods, submitted through the filter given the live discovery and kube-scheduler's
-    gates, on a kwok node of its own with two GPUs: none is bound; with a third GPU all three are bound
-    together."""
+def cluster_info(apis: dict, version: str) -> dict:
+    """kubernetes.core.k8s_cluster_info's answer, the input of the filter gang_job."""
+    return {"apis": apis, "version": {"server": {"kubernetes": {"gitVersion": version}}}}
+
+
+def gang_waits_until_all_fit(
+    kubectl, core_api, apis: dict, version: str, playbook_dir: Path | None = None
+) -> None:
+    """A gang of three one-GPU pods on a kwok node of its own with two GPUs: none is bound; with a third GPU all
+    three are bound together. Submitted through the filter given the live discovery and kube-scheduler's gates
+    (GANG_PLAYBOOK, run from ``playbook_dir``), or else rendered from ``apis`` and ``version`` and applied."""
     from test_gang_scheduling import node_ready, set_gpus
 
+    from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gang_job_render as workload
     from lab import nodes as labnodes
 
     run = uuid.uuid4().hex[:6]
@@ -438,8 +446,14 @@ def gang_waits_until_all_fit(kubectl, core_api, tmp_path: Path) -> None:
     group_kind = {"1.35": "Workload"}.get(minor(), "PodGroup")
     members = lambda: kubectl.json("-n", ns, "get", "pods", "-l", "gpusplit.io/podgroup=train")["items"]  # noqa: E731
     try:
-        done = submit_gang(tmp_path, gang_spec(ns, run))
-        assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
+        if playbook_dir is None:
+            objects = workload.render_gang_job(gang_spec(ns, run), cluster_info(apis, version))
+            kubectl(
+                "apply", "-f", "-", stdin=json.dumps({"apiVersion": "v1", "kind": "List", "items": objects})
+            )
+        else:
+            done = submit_gang(playbook_dir, gang_spec(ns, run))
+            assert done.returncode == 0, (done.stdout + done.stderr)[-5000:]
         (group,) = kubectl.json("-n", ns, "get", f"{group_kind.lower()}s.scheduling.k8s.io")["items"]
         assert group["apiVersion"] == next(iter(GENERIC_WORKLOAD[minor()])), group
         created = members()
@@ -502,7 +516,7 @@ def test_feature_gates_turn_the_workload_api_of_the_release_on(
         text = (C.MANIFESTS / f"{name}.yaml").read_text()
         assert "GenericWorkload=true" in text, name
     assert "GangScheduling=true" in (C.MANIFESTS / "kube-scheduler.yaml").read_text() or minor() == "1.37"
-    gang_waits_until_all_fit(kubectl, core_api, tmp_path)
+    gang_waits_until_all_fit(kubectl, core_api, after, version, playbook_dir=tmp_path)
     if "GangScheduling" in gates:
         # the Workload API served, but a kube-scheduler without GangScheduling would not hold a gang: refused
         gang_refused_without_gang_scheduling(kubectl, tmp_path)
