@@ -17,6 +17,7 @@ from ansible_collections.gpusplit.k8s.plugins.module_utils._k8s.names import (
     LABEL_NODE,
     MANAGED_BY,
 )
+from ansible_collections.gpusplit.k8s.plugins.module_utils._split.sharing import DRA_CLASS_SELECTOR
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import gpu_operator as operator
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils import split_render as render
 from ansible_collections.gpusplit.k8s.plugins.plugin_utils.resplit import PLUGIN_SELECTOR
@@ -93,7 +94,8 @@ def cluster_wide_plan(
 
     Refused (before any change) while a node outside the play is still split: the admission guard and the split
     plugin's namespace are what such a node relies on. Removed: gpusplit's admission policies and bindings (its
-    label), every split device plugin and its config file left (the nodes gone from the inventory), and gpusplit's
+    label), gpusplit's DeviceClasses of time-sliced shares (mode dra), every split device plugin and its config file
+    left (the nodes gone from the inventory), and gpusplit's
     namespaces (its label) once nothing but gpusplit's own objects is left in them (:func:`namespaces_to_delete`,
     after the nodes are taken back). Objects that only look like gpusplit's (a name with ``gpusplit`` in it, but
     not its label) are listed and left.
@@ -133,13 +135,17 @@ def cluster_wide_plan(
         and _split_plugin_node(ds)
         not in {np.get("node") for np in plan_nodes(plan).values()} | set(covered or ())
     )
-    prune = [
-        {"api_version": "admissionregistration.k8s.io/v1", "kind": kind, "label_selector": GUARD_SELECTOR}
-        for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy")
-    ] + [
-        {"api_version": api_version, "kind": kind, "label_selector": PLUGIN_SELECTOR}
-        for api_version, kind in (("apps/v1", "DaemonSet"), ("v1", "ConfigMap"))
-    ]
+    prune = (
+        [
+            {"api_version": "admissionregistration.k8s.io/v1", "kind": kind, "label_selector": GUARD_SELECTOR}
+            for kind in ("ValidatingAdmissionPolicyBinding", "ValidatingAdmissionPolicy")
+        ]
+        + [
+            {"api_version": api_version, "kind": kind, "label_selector": PLUGIN_SELECTOR}
+            for api_version, kind in (("apps/v1", "DaemonSet"), ("v1", "ConfigMap"))
+        ]
+        + [{"api_version": "resource.k8s.io/v1", "kind": "DeviceClass", "label_selector": DRA_CLASS_SELECTOR}]
+    )
     queries = {
         f"{ns}/{kind}": {
             "api_version": api_version,
@@ -156,6 +162,7 @@ def cluster_wide_plan(
         + "; their bindings "
         + (", ".join(owned_bindings) or "none")
         + " removed",
+        "whole cluster: gpusplit's DeviceClasses of time-sliced shares (mode dra) removed",
         "whole cluster: every split device plugin and its config file removed"
         + (f" (also {', '.join(leftovers)}, of nodes no longer in the inventory)" if leftovers else ""),
         "whole cluster: gpusplit's namespace(s) "

@@ -420,6 +420,19 @@ LOOK_ALIKE = {
 }
 
 
+SHARING_CLASS = "gpusplit-time-slicing-short"
+SHARING_LABELS = {"app.kubernetes.io/managed-by": "gpusplit", "app.kubernetes.io/name": "gpusplit-sharing"}
+
+
+def device_class(name: str, labels: dict) -> dict:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {"selectors": [{"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}]},
+    }
+
+
 def test_the_whole_cluster_is_refused_while_a_node_outside_the_play_is_split_then_goes_with_the_last(
     split_node, kubectl
 ):
@@ -448,9 +461,14 @@ def test_the_whole_cluster_is_refused_while_a_node_outside_the_play_is_split_the
         assert look_alike in check, check[-5000:]
         assert guard_objects(kubectl) == guarded and split_daemonsets(kubectl)
 
+        # a time-sliced DeviceClass as dra.yml writes it (gpusplit's labels), and one of someone else's
+        for name, labels in ((SHARING_CLASS, SHARING_LABELS), (f"{SHARING_CLASS}-not-ours", {})):
+            kubectl("apply", "-f", "-", stdin=json.dumps(device_class(name, labels)))
         proc = run("unsplit.yml", *wide, *every)
         text = " ".join(proc.stdout.split())
         assert "whole cluster, removed: " in text and "whole cluster, removed: nothing" not in text
+        classes = {c["metadata"]["name"] for c in kubectl.json("get", "deviceclasses")["items"]}
+        assert SHARING_CLASS not in classes and f"{SHARING_CLASS}-not-ours" in classes, classes
         assert (
             guard_objects(kubectl) == [] and not split_daemonsets(kubectl) and not plugin_of(kubectl, OTHER)
         )
@@ -463,6 +481,14 @@ def test_the_whole_cluster_is_refused_while_a_node_outside_the_play_is_split_the
         assert changed_tasks(again) <= {"gpusplit.k8s.gpu_resplit : Write the plan diff (on the controller)"}
     finally:
         kubectl("delete", "validatingadmissionpolicy", LOOK_ALIKE["metadata"]["name"], check=False)
+        kubectl(
+            "delete",
+            "deviceclass",
+            SHARING_CLASS,
+            f"{SHARING_CLASS}-not-ours",
+            "--ignore-not-found",
+            check=False,
+        )
         run("guard.yml", "-e", f"gpusplit_guard_state={'present' if guard_before else 'absent'}")
         if split_before:  # split again as the lab had them
             run("site.yml", "-e", "gpusplit_hosts=" + ",".join(sorted(split_before)), ok=None)

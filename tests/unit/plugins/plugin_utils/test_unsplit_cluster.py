@@ -86,6 +86,10 @@ def test_the_whole_cluster_prunes_only_by_gpusplits_labels_and_lists_look_alikes
         "ConfigMap",
         wide.PLUGIN_SELECTOR,
     ) in selectors
+    assert (
+        "DeviceClass",
+        "app.kubernetes.io/managed-by=gpusplit,app.kubernetes.io/name=gpusplit-sharing",
+    ) in selectors
     # every prune selector proves ownership by gpusplit's label, and each guard object matches its own
     assert all("app.kubernetes.io/managed-by=gpusplit" in p["label_selector"] for p in out["prune"])
     for obj in policies + bindings:
