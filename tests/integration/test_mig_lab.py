@@ -6,8 +6,10 @@ lab-a100-01 (a100-mig: GPUs 0 and 1 with MIG, 2 and 3 without) keeps GPUs 0 and 
 nvidia-mig-parted stand-in applies the node's config to the node's own copy of the fixture (the fake NVML's
 state, which the lab's device plugin reads), and the node advertises the new MIG devices; the host's GPUs are
 as they were. resplit.yml's --check --diff of a second GPU's change shows the config's diff and changes nothing
-on the host or in the cluster; unsplit.yml (to host) removes gpusplit's MIG config and drop-in (check mode only
-shows it) and leaves the package's drop-in and the GPUs' MIG devices.
+on the host or in the cluster; a reboot of the lab host (every MIG device lost, then the boot service's apply of
+what its drop-ins select) brings the geometry back and verify.yml finds the node as planned; unsplit.yml (to host)
+removes gpusplit's MIG config and drop-in (check mode only shows it) and leaves the package's drop-in and the GPUs'
+MIG devices.
 """
 
 from __future__ import annotations
@@ -15,12 +17,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 import uuid
 from pathlib import Path
 
 import pytest
 from ansible_output import ansible_playbook, changed_tasks, inventory_copy, recap
 
+from ansible_collections.gpusplit.k8s.plugins.plugin_utils.mig_apply import environment_assignments
 from lab import components as C
 from lab.deviceplugin import NODE_FIXTURES
 
@@ -233,6 +238,72 @@ def test_resplit_yml_applies_a_geometry_change_in_its_batch(busy_node, kubectl):
     original, now = gpus_of(FIXTURE), gpus_of(busy_node["copy"])
     assert now[:2] == original[:2]  # the host's GPUs
     assert sorted(m["profile"] for m in now[2]["mig_devices"]) == ["3g.40gb", "3g.40gb"]
+
+
+PLUGIN_SELECTOR = "app.kubernetes.io/managed-by=gpusplit,app.kubernetes.io/name=gpusplit-device-plugin"
+FAKE_MIG_PARTED = ROOT / "tests" / "fakes" / "bin" / "nvidia-mig-parted"
+
+
+def boot_environment() -> dict:
+    """What nvidia-mig-manager.service's drop-ins set, read as systemd reads them: in name order, the last
+    assignment of a variable winning (the package's override.conf, then gpusplit's zz-gpusplit.conf)."""
+    env = {}
+    for path in sorted(DROPIN_DIR.glob("*.conf")):
+        for name, value in environment_assignments(path.read_text()):
+            if name is None:
+                env.clear()
+            else:
+                env[name] = value
+    return env
+
+
+def test_the_geometry_comes_back_at_boot_and_the_node_verifies(busy_node, kubectl):
+    """A reboot of the lab host: every GPU loses its MIG devices (GPU and compute instances are not kept across a
+    reboot), then the boot's nvidia-mig-manager.service applies the config its drop-ins select, with the lab's
+    nvidia-mig-parted stand-in; the split plugin starts again and verify.yml finds the node as planned."""
+    geometry = {**GEOMETRY, UUIDS[2]: ["3g.40gb", "3g.40gb"]}
+    before = gpus_of(busy_node["copy"])
+    assert [len(g["mig_devices"] or []) for g in before[2:]] == [2, 2]
+    doc = json.loads(busy_node["copy"].read_text())
+    for gpu in doc["gpus"]:
+        gpu["mig_devices"] = [] if gpu["mig_devices"] is not None else None
+    busy_node["copy"].write_text(json.dumps(doc, indent=2) + "\n")
+    rebooted = gpus_of(busy_node["copy"])
+    env = boot_environment()
+    assert env["MIG_PARTED_SELECTED_CONFIG"] == f"gpusplit-{NODE}", env  # gpusplit's, over the package's
+    assert env["MIG_PARTED_CONFIG_FILE"] == "/etc/gpusplit/mig-parted.yaml", env
+    boot = subprocess.run(
+        [sys.executable, str(FAKE_MIG_PARTED), "apply"],
+        env={
+            **os.environ,
+            "MIG_PARTED_CONFIG_FILE": str(CONFIG),
+            "MIG_PARTED_SELECTED_CONFIG": env["MIG_PARTED_SELECTED_CONFIG"],
+            "GPUSPLIT_FAKE_NVML_FIXTURE": str(busy_node["copy"]),
+        },
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert boot.returncode == 0, boot.stdout + boot.stderr
+    now = gpus_of(busy_node["copy"])
+    assert now[:2] == rebooted[:2]  # the host's GPUs: in no entry of gpusplit's config, not touched at boot
+    assert [sorted(m["profile"] for m in g["mig_devices"]) for g in now[2:]] == [["3g.40gb", "3g.40gb"]] * 2
+    kubectl(
+        "delete",
+        "pods",
+        "-A",
+        "-l",
+        PLUGIN_SELECTOR,
+        "--field-selector",
+        f"spec.nodeName={NODE}",
+        "--wait=true",
+    )
+    proc = run("verify.yml", mig_inventory(busy_node["tmp"] / "boot", busy_node["copy"], geometry), *LIMIT)
+    report = json.loads((C.OUT / "fleet-report.json").read_text())
+    [entry] = [n for n in report["nodes"] if n["name"] == NODE]
+    assert entry["verdict"] == "OK", (entry, proc.stdout[-3000:])
+    allocatable = kubectl.json("get", "node", NODE)["status"]["allocatable"]
+    assert allocatable[MIG] == "4", allocatable
 
 
 def test_unsplit_removes_the_mig_files_and_leaves_the_geometry(busy_node, kubectl):
