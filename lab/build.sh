@@ -130,11 +130,8 @@ kube_components() { # version: the commands to build, KUBE_COMPONENTS's where it
   fi
 }
 
-kube_ldflags() { # version: the version stamp as Kubernetes' own build sets it (hack/lib/version.sh: gitMinor is the minor alone)
-  local minor=${1#*.}
-  minor=${minor%%.*}
-  echo "-s -w -X k8s.io/component-base/version.gitVersion=v$1 -X k8s.io/component-base/version.gitMajor=${1%%.*} -X k8s.io/component-base/version.gitMinor=$minor"
-}
+# shellcheck source=lab/kube_stamp.sh
+. "$root/lab/kube_stamp.sh"
 
 build_kube() { # version
   local ver=$1 dest need=() c comps ldflags

@@ -18,6 +18,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=/dev/null
 . "$root/lab/versions.env"
+# shellcheck source=lab/kube_stamp.sh
+. "$root/lab/kube_stamp.sh"
 : "${KUBE_VERSION:?}" "${KUBE_VERSIONS:?}" "${GO_TOOLCHAIN:?}" "${CONTAINERD_VERSION:?}" "${RUNC_VERSION:?}" "${CNI_PLUGINS_VERSION:?}"
 bin="$root/.lab/bin"
 work="$root/.lab/build"
@@ -86,7 +88,11 @@ build_kubelet() { # version (default KUBE_VERSION; another release's goes to .la
     out="$bin/$ver/kubelet" d="$work/node-kubelet-$ver"
     mkdir -p "$bin/$ver"
   fi
-  stamp_ok "$out" "$ver" && { log "kubelet v$ver cached"; return; }
+  local ldflags
+  ldflags=$(kube_ldflags "$ver")
+  # a kubelet stamped otherwise (.kubelet.ldflags) is linked again: from a warm Go build cache in seconds
+  stamp_ok "$out" "$ver" && [ "$(cat "$(dirname "$out")/.kubelet.ldflags" 2>/dev/null)" = "$ldflags" ] &&
+    { log "kubelet v$ver cached"; return; }
   modfile=$(gomod_of k8s.io/kubernetes "$ver")
   [ -n "$modfile" ] || die "could not download k8s.io/kubernetes v$ver"
   mkdir -p "$d"
@@ -98,9 +104,9 @@ build_kubelet() { # version (default KUBE_VERSION; another release's goes to .la
     echo ")"
   } >"$d/go.mod"
   use_go_for "$(go_directive "$modfile")"
-  (cd "$d" && gobuild "kubelet v$ver" "$out" k8s.io/kubernetes/cmd/kubelet -ldflags \
-    "-s -w -X k8s.io/component-base/version.gitVersion=v$ver -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${ver#1.}")
+  (cd "$d" && gobuild "kubelet v$ver" "$out" k8s.io/kubernetes/cmd/kubelet -ldflags "$ldflags")
   mark "$out" "$ver"
+  echo "$ldflags" >"$(dirname "$out")/.kubelet.ldflags"
 }
 
 build_kubelets() { # K8S's release, else every release of KUBE_VERSIONS
